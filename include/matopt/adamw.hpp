@@ -1,0 +1,124 @@
+#pragma once
+// AdamW (Loshchilov & Hutter, arXiv 1711.05101) for the parameters that are not hidden matrices: biases,
+// norms, embeddings, output heads (spec §4). The same step as torch.optim.AdamW:
+//   W <- W (1 - lr lambda);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+//   W <- W - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// Works on any Eigen matrix or vector; the state follows W's storage order.
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <Eigen/Core>
+
+#include "matopt/core/errors.hpp"
+#include "matopt/core/parse.hpp"
+#include "matopt/core/traits.hpp"
+
+namespace matopt {
+
+template <class T>
+class AdamW {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "matopt::AdamW<T>: T must be float or double");
+
+ public:
+  using Scalar = T;
+
+  struct Options {
+    T lr = T(3e-4);
+    T beta1 = T(0.9);
+    T beta2 = T(0.95);
+    T eps = T(1e-8);
+    T weight_decay = T(0);
+  };
+
+  struct State {
+    Index rows = 0;
+    Index cols = 0;
+    Layout layout = Layout::ColMajor;
+    std::int64_t steps = 0;
+    Eigen::Matrix<T, Eigen::Dynamic, 1> m, v;  ///< first and second moments, in W's storage order
+    std::size_t bytes() const { return static_cast<std::size_t>(m.size() + v.size()) * sizeof(T); }
+  };
+
+  AdamW() : AdamW(Options{}) {}
+  explicit AdamW(const Options& options) : options_(options) { validate(options_, name()); }
+
+  Options& options() { return options_; }
+  const Options& options() const { return options_; }
+  static constexpr const char* name() { return "matopt::AdamW"; }
+
+  static void validate(const Options& o, std::string_view where) {
+    detail::require_positive(where, "lr", o.lr);
+    detail::require_unit_interval(where, "beta1", o.beta1);
+    detail::require_unit_interval(where, "beta2", o.beta2);
+    detail::require_positive(where, "eps", o.eps);
+    detail::require_nonnegative(where, "weight_decay", o.weight_decay);
+  }
+
+  template <class WMat>
+  State make_state(const Eigen::MatrixBase<WMat>& w) const {
+    State s;
+    s.rows = w.rows();
+    s.cols = w.cols();
+    s.layout = detail::layout_of_v<WMat>;
+    s.m.setZero(w.size());
+    s.v.setZero(w.size());
+    return s;
+  }
+
+  template <class WMat, class GMat>
+  void step(WMat&& w, const Eigen::MatrixBase<GMat>& g, State& state) const {
+    static_assert(detail::is_eigen_matrix_v<WMat>, "matopt::AdamW::step: W must be an Eigen matrix");
+    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
+    constexpr const char* where = "matopt::AdamW";
+    validate(options_, where);
+    if (g.rows() != w.rows() || g.cols() != w.cols())
+      detail::fail(where, "G is ", detail::shape_string(g.rows(), g.cols()), " but W is ",
+                   detail::shape_string(w.rows(), w.cols()));
+    if (state.rows != w.rows() || state.cols != w.cols())
+      detail::fail(where, "state was made for a ", detail::shape_string(state.rows, state.cols),
+                   " parameter but W is ", detail::shape_string(w.rows(), w.cols()));
+    if (!detail::same_layout(state.layout, layout, w.rows(), w.cols()))
+      detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
+                   detail::layout_name(layout));
+    if (!g.allFinite())
+      detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
+                   ") contains a non-finite value; W and state are unchanged");
+
+    const std::int64_t t = ++state.steps;
+    using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
+    Map m(state.m.data(), w.rows(), w.cols()), v(state.v.data(), w.rows(), w.cols());
+    const Options& o = options_;
+    const T bc1 = T(1) - T(std::pow(static_cast<double>(o.beta1), static_cast<double>(t)));
+    const T bc2 = T(1) - T(std::pow(static_cast<double>(o.beta2), static_cast<double>(t)));
+    const T step_size = o.lr / bc1;
+    const T inv_sqrt_bc2 = T(1) / std::sqrt(bc2);
+    m = o.beta1 * m + (T(1) - o.beta1) * g;
+    v = o.beta2 * v + (T(1) - o.beta2) * g.cwiseAbs2();
+    if (o.weight_decay != T(0)) w *= T(1) - o.lr * o.weight_decay;
+    w.array() -= step_size * m.array() / (v.array().sqrt() * inv_sqrt_bc2 + o.eps);
+  }
+
+  /// AdamW's per-parameter lr is `lr` (its per-element adaptivity aside).
+  T effective_lr(const State&) const { return options_.lr; }
+  std::size_t workspace_bytes() const { return 0; }
+
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "lr") o.lr = T(detail::parse_double(key, value));
+    else if (key == "beta1") o.beta1 = T(detail::parse_double(key, value));
+    else if (key == "beta2") o.beta2 = T(detail::parse_double(key, value));
+    else if (key == "eps") o.eps = T(detail::parse_double(key, value));
+    else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
+    else return false;
+    return true;
+  }
+  static std::string option_keys() { return "lr, beta1, beta2, eps, weight_decay"; }
+
+ private:
+  Options options_;
+};
+
+}  // namespace matopt

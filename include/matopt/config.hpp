@@ -1,0 +1,29 @@
+#pragma once
+// Build-wide macros and basic types of matopt.
+
+#include <cstddef>
+#include <cstdint>
+
+#include <Eigen/Core>
+
+// Functions callable from host and device code (Thrust/CUDA backends); empty on a plain host build.
+#if defined(__CUDACC__)
+#define MATOPT_HOST_DEVICE __host__ __device__
+#else
+#define MATOPT_HOST_DEVICE
+#endif
+
+// Internal invariants (never user input: that throws std::invalid_argument). Off with NDEBUG.
+#include <cassert>
+#define MATOPT_ASSERT(cond) assert(cond)
+
+namespace matopt {
+
+/// Index type for shapes, the same as Eigen's.
+using Index = Eigen::Index;
+
+/// Storage order of a matrix in memory. The mathematics is defined on the logical matrix; every
+/// storage order gives the same numbers (spec §0).
+enum class Layout { ColMajor, RowMajor };
+
+}  // namespace matopt

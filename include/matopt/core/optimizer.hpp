@@ -1,0 +1,185 @@
+#pragma once
+// matopt::Optimizer: one matrix optimizer step as Momentum -> Preconditioner -> Scaling -> update
+// (architecture.md, "One idea"). Each stage is a policy; the presets in matopt/presets.hpp name the
+// published combinations.
+//
+// A step, for W, G of shape m x n:
+//   U      = u_g G + u_v V                 (momentum policy; V is the buffer, spec §1)
+//   D      = Preconditioner(U)             (spec §2)
+//   W      = Scaling(W, D, G)              (spec §3-4; e.g. W (1 - lr lambda) - lr s(m,n) D)
+//   V      = v_v V + v_g G
+// Nothing is written before every check has passed; W and the state are left unchanged on a throw.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <Eigen/Core>
+
+#include "matopt/core/errors.hpp"
+#include "matopt/core/parse.hpp"
+#include "matopt/core/traits.hpp"
+
+namespace matopt {
+
+/// The lr and weight-decay defaults of an Optimizer, with its name for messages. A preset names its own;
+/// a user composition gets `defaults::Standard` (lr 0.02, weight decay 0).
+namespace defaults {
+struct Standard {
+  static constexpr const char* name = "matopt::Optimizer";
+  static constexpr double lr = 0.02;
+  static constexpr double weight_decay = 0.0;
+};
+}  // namespace defaults
+
+template <class T, class Preconditioner, class MomentumPolicy, class Scaling,
+          class Defaults = defaults::Standard>
+class Optimizer {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "matopt::Optimizer<T, ...>: T must be float or double");
+
+ public:
+  using Scalar = T;
+  using PreconditionerType = Preconditioner;
+  using MomentumType = MomentumPolicy;
+  using ScalingType = Scaling;
+
+  /// Hyperparameters (an aggregate; spec §4 defaults). `weight_decay` is decoupled under Static scaling
+  /// and coupled under TrustRatio (spec §3.2).
+  struct Options {
+    T lr = T(Defaults::lr);
+    T momentum = T(0.95);
+    bool nesterov = MomentumPolicy::nesterov_default;
+    T weight_decay = T(Defaults::weight_decay);
+    typename Preconditioner::Options precondition{};
+    typename Scaling::Options scaling{};
+  };
+
+  /// Per-parameter state: the momentum buffer (in W's storage order) and the scaling's state.
+  struct State {
+    Index rows = 0;
+    Index cols = 0;
+    Layout layout = Layout::ColMajor;
+    std::int64_t steps = 0;
+    Eigen::Matrix<T, Eigen::Dynamic, 1> momentum;
+    typename Scaling::template State<T> scaling{};
+
+    /// Bytes held by this state (the momentum buffer and the scaling scalars).
+    std::size_t bytes() const {
+      using ScalingState = typename Scaling::template State<T>;
+      return static_cast<std::size_t>(momentum.size()) * sizeof(T) +
+             (std::is_empty_v<ScalingState> ? 0 : sizeof(ScalingState));
+    }
+  };
+
+  Optimizer() : Optimizer(Options{}) {}
+  explicit Optimizer(const Options& options) : options_(options) { validate(options_, Defaults::name); }
+
+  /// Mutable between steps: learning-rate and weight-decay schedules are the caller's. Checked at each step.
+  Options& options() { return options_; }
+  const Options& options() const { return options_; }
+
+  static constexpr const char* name() { return Defaults::name; }
+
+  /// Throws std::invalid_argument naming the first bad hyperparameter.
+  static void validate(const Options& o, std::string_view where) {
+    detail::require_positive(where, "lr", o.lr);
+    detail::require_unit_interval(where, "momentum", o.momentum);
+    detail::require_nonnegative(where, "weight_decay", o.weight_decay);
+    Preconditioner::validate(o.precondition, where);
+    Scaling::validate(o.scaling, where);
+  }
+
+  /// Allocates the state for parameter W (momentum + scaling state) and grows this optimizer's shared
+  /// workspace to fit W's shape.
+  template <class WMat>
+  State make_state(const Eigen::MatrixBase<WMat>& w) {
+    State s;
+    s.rows = w.rows();
+    s.cols = w.cols();
+    s.layout = detail::layout_of_v<WMat>;
+    if constexpr (MomentumPolicy::has_buffer) s.momentum.setZero(w.size());
+    Preconditioner::reserve(workspace_, w.rows(), w.cols());
+    return s;
+  }
+
+  /// One step, in place. Throws std::invalid_argument (leaving W and state unchanged) on bad
+  /// hyperparameters, a shape or layout mismatch, or a non-finite gradient.
+  template <class WMat, class GMat>
+  void step(WMat&& w, const Eigen::MatrixBase<GMat>& g, State& state) {
+    static_assert(detail::is_eigen_matrix_v<WMat>,
+                  "matopt::Optimizer::step: W must be an Eigen matrix (Matrix, Map, Ref, Block)");
+    using WPlain = detail::remove_cvref_t<WMat>;
+    constexpr Layout layout = detail::layout_of_v<WPlain>;
+    constexpr const char* where = Defaults::name;
+
+    validate(options_, where);
+    check_shapes(w.rows(), w.cols(), layout, g.rows(), g.cols(), state, where);
+    if (!g.allFinite()) detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
+                                     ") contains a non-finite value; W and state are unchanged");
+    ++state.steps;
+    if (w.size() == 0) return;
+
+    const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
+    const T lr = options_.lr, lambda = options_.weight_decay;
+    Preconditioner::reserve(workspace_, w.rows(), w.cols());  // no-op unless another optimizer made state
+    auto update = [&](const auto& d) {
+      Scaling::update(w, d, g, state.scaling, options_.scaling, lr, lambda);
+    };
+    if constexpr (MomentumPolicy::has_buffer) {
+      Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), w.rows(), w.cols());
+      Preconditioner::template apply<T>(c.u_g * g + c.u_v * v, options_.precondition, workspace_, update);
+      v = c.v_v * v + c.v_g * g;
+    } else {
+      Preconditioner::template apply<T>(g, options_.precondition, workspace_, update);
+    }
+  }
+
+  /// The per-parameter learning rate the update actually uses: lr * s(m, n) for Static scaling, lr * r * s
+  /// (last step's trust ratio) for TrustRatio.
+  T effective_lr(const State& s) const {
+    return Scaling::effective_lr(options_.scaling, s.scaling, options_.lr, s.rows, s.cols);
+  }
+
+  /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest).
+  std::size_t workspace_bytes() const { return workspace_.bytes(); }
+
+  /// Sets one option from text, for run-time configuration (the facade). Keys: lr, momentum, nesterov,
+  /// weight_decay, and the policies' own (option_keys()). Returns false for an unknown key.
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "lr") o.lr = T(detail::parse_double(key, value));
+    else if (key == "momentum") o.momentum = T(detail::parse_double(key, value));
+    else if (key == "nesterov") o.nesterov = detail::parse_bool(key, value);
+    else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
+    else return Preconditioner::set_option(o.precondition, key, value) ||
+                Scaling::set_option(o.scaling, key, value);
+    return true;
+  }
+  static std::string option_keys() {
+    std::string keys = "lr, momentum, nesterov, weight_decay";
+    for (std::string_view k : {std::string_view(Preconditioner::option_keys()),
+                               std::string_view(Scaling::option_keys())})
+      if (!k.empty()) (keys += ", ") += k;
+    return keys;
+  }
+
+ private:
+  static void check_shapes(Index wr, Index wc, Layout wl, Index gr, Index gc, const State& s,
+                           const char* where) {
+    if (gr != wr || gc != wc)
+      detail::fail(where, "G is ", detail::shape_string(gr, gc), " but W is ", detail::shape_string(wr, wc));
+    if (s.rows != wr || s.cols != wc)
+      detail::fail(where, "state was made for a ", detail::shape_string(s.rows, s.cols),
+                   " parameter but W is ", detail::shape_string(wr, wc));
+    if (!detail::same_layout(s.layout, wl, wr, wc))
+      detail::fail(where, "state was made for a ", detail::layout_name(s.layout), " W but W is ",
+                   detail::layout_name(wl), " (", detail::shape_string(wr, wc), ")");
+  }
+
+  Options options_;
+  typename Preconditioner::template Workspace<T> workspace_;
+};
+
+}  // namespace matopt

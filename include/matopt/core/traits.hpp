@@ -1,0 +1,39 @@
+#pragma once
+// Compile-time facts about Eigen matrix arguments.
+
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "matopt/config.hpp"
+
+namespace matopt::detail {
+
+template <class M>
+using remove_cvref_t = std::remove_cv_t<std::remove_reference_t<M>>;
+
+/// True for Eigen dense matrix expressions (Matrix, Map, Ref, Block, ...).
+template <class M>
+inline constexpr bool is_eigen_matrix_v =
+    std::is_base_of_v<Eigen::MatrixBase<remove_cvref_t<M>>, remove_cvref_t<M>>;
+
+/// Storage order of an Eigen matrix type.
+template <class M>
+inline constexpr Layout layout_of_v =
+    (remove_cvref_t<M>::Flags & Eigen::RowMajorBit) ? Layout::RowMajor : Layout::ColMajor;
+
+template <Layout L>
+inline constexpr int eigen_order_v = L == Layout::RowMajor ? Eigen::RowMajor : Eigen::ColMajor;
+
+/// Dynamic matrix of a given storage order.
+template <class T, Layout L>
+using DynamicMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, eigen_order_v<L>>;
+
+/// Matrices with one row or one column have the same memory layout in either order.
+inline bool same_layout(Layout a, Layout b, Index rows, Index cols) {
+  return a == b || rows <= 1 || cols <= 1;
+}
+
+inline const char* layout_name(Layout l) { return l == Layout::RowMajor ? "row-major" : "column-major"; }
+
+}  // namespace matopt::detail

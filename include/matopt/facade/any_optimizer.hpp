@@ -1,0 +1,200 @@
+#pragma once
+// A type-erased optimizer for frameworks configured at run time: build any preset from a name and
+// key/value options, step raw (pointer, shape, layout) views. The typed presets stay the zero-overhead
+// path; this wraps one of them behind one virtual call per step.
+//
+//   auto opt = matopt::make_optimizer<float>("rmnp", {{"lr", "0.01"}, {"momentum", "0.9"}});
+//   auto state = opt.make_state(view_w);
+//   opt.step(view_w, view_g, state);
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "matopt/adamw.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/core/view.hpp"
+#include "matopt/presets.hpp"
+
+namespace matopt {
+
+/// Key/value options of make_optimizer; values are text ("0.02", "true", "polar_express").
+using Config = std::map<std::string, std::string, std::less<>>;
+
+template <class T>
+class AnyOptimizer {
+  struct StateBase {
+    virtual ~StateBase() = default;
+    virtual std::unique_ptr<StateBase> clone() const = 0;
+    virtual Index rows() const = 0;
+    virtual Index cols() const = 0;
+    virtual std::size_t bytes() const = 0;
+  };
+  template <class Opt>
+  struct StateModel final : StateBase {
+    typename Opt::State state;
+    explicit StateModel(typename Opt::State s) : state(std::move(s)) {}
+    std::unique_ptr<StateBase> clone() const override { return std::make_unique<StateModel>(*this); }
+    Index rows() const override { return state.rows; }
+    Index cols() const override { return state.cols; }
+    std::size_t bytes() const override { return state.bytes(); }
+  };
+
+ public:
+  /// The state of one parameter; made by make_state of the optimizer that steps it.
+  class State {
+   public:
+    State() = default;
+    State(const State& o) : impl_(o.impl_ ? o.impl_->clone() : nullptr) {}
+    State(State&&) noexcept = default;
+    State& operator=(const State& o) {
+      if (this != &o) impl_ = o.impl_ ? o.impl_->clone() : nullptr;
+      return *this;
+    }
+    State& operator=(State&&) noexcept = default;
+    bool valid() const { return impl_ != nullptr; }
+    Index rows() const { return impl_ ? impl_->rows() : 0; }
+    Index cols() const { return impl_ ? impl_->cols() : 0; }
+    std::size_t bytes() const { return impl_ ? impl_->bytes() : 0; }
+
+   private:
+    friend class AnyOptimizer;
+    std::unique_ptr<StateBase> impl_;
+  };
+
+ private:
+  struct Concept {
+    virtual ~Concept() = default;
+    virtual std::unique_ptr<Concept> clone() const = 0;
+    virtual State make_state(MatrixView<const T> w) = 0;
+    virtual void step(MatrixView<T> w, MatrixView<const T> g, State& s) = 0;
+    virtual void set(std::string_view key, std::string_view value) = 0;
+    virtual T lr() const = 0;
+    virtual void set_lr(T) = 0;
+    virtual T weight_decay() const = 0;
+    virtual void set_weight_decay(T) = 0;
+    virtual T effective_lr(const State& s) const = 0;
+    virtual std::string name() const = 0;
+    virtual std::string option_keys() const = 0;
+    virtual std::size_t workspace_bytes() const = 0;
+  };
+
+  template <class Opt>
+  struct Model final : Concept {
+    Opt opt;
+    explicit Model(Opt o) : opt(std::move(o)) {}
+    std::unique_ptr<Concept> clone() const override { return std::make_unique<Model>(*this); }
+
+    State make_state(MatrixView<const T> w) override {
+      State s;
+      detail::with_map(w, [&](const auto& map) {
+        s.impl_ = std::make_unique<StateModel<Opt>>(opt.make_state(map));
+      });
+      return s;
+    }
+    typename Opt::State& typed(State& s) const {
+      auto* p = dynamic_cast<StateModel<Opt>*>(s.impl_.get());
+      if (p == nullptr)
+        detail::fail(opt.name(), s.impl_ ? "state was made by a different optimizer" : "state is empty");
+      return p->state;
+    }
+    const typename Opt::State& typed(const State& s) const { return typed(const_cast<State&>(s)); }
+
+    void step(MatrixView<T> w, MatrixView<const T> g, State& s) override {
+      auto& st = typed(s);
+      if (!detail::same_layout(w.layout, g.layout, w.rows, w.cols))
+        detail::fail(opt.name(), "G is ", detail::layout_name(g.layout), " but W is ",
+                     detail::layout_name(w.layout), " (", detail::shape_string(w.rows, w.cols), ")");
+      detail::with_map(w, [&](auto& wm) {
+        detail::with_map(MatrixView<const T>{g.data, g.rows, g.cols, w.layout},
+                         [&](const auto& gm) { opt.step(wm, gm, st); });
+      });
+    }
+    void set(std::string_view key, std::string_view value) override {
+      auto o = opt.options();
+      if (!Opt::set_option(o, key, value))
+        detail::fail(opt.name(), "unknown option '", key, "' (known: ", Opt::option_keys(), ")");
+      Opt::validate(o, opt.name());
+      opt.options() = o;
+    }
+    T lr() const override { return opt.options().lr; }
+    void set_lr(T v) override {
+      detail::require_positive(opt.name(), "lr", v);
+      opt.options().lr = v;
+    }
+    T weight_decay() const override { return opt.options().weight_decay; }
+    void set_weight_decay(T v) override {
+      detail::require_nonnegative(opt.name(), "weight_decay", v);
+      opt.options().weight_decay = v;
+    }
+    T effective_lr(const State& s) const override { return opt.effective_lr(typed(s)); }
+    std::string name() const override { return opt.name(); }
+    std::string option_keys() const override { return Opt::option_keys(); }
+    std::size_t workspace_bytes() const override { return opt.workspace_bytes(); }
+  };
+
+ public:
+  /// Wraps a typed optimizer (a preset, a composition, or AdamW).
+  template <class Opt, class = std::enable_if_t<!std::is_same_v<std::decay_t<Opt>, AnyOptimizer>>>
+  explicit AnyOptimizer(Opt opt) : impl_(std::make_unique<Model<Opt>>(std::move(opt))) {
+    static_assert(std::is_same_v<typename Opt::Scalar, T>, "matopt::AnyOptimizer<T>: scalar types differ");
+  }
+  AnyOptimizer(const AnyOptimizer& o) : impl_(o.impl_->clone()) {}
+  AnyOptimizer(AnyOptimizer&&) noexcept = default;
+  AnyOptimizer& operator=(const AnyOptimizer& o) {
+    if (this != &o) impl_ = o.impl_->clone();
+    return *this;
+  }
+  AnyOptimizer& operator=(AnyOptimizer&&) noexcept = default;
+
+  State make_state(MatrixView<const T> w) { return impl_->make_state(w); }
+  void step(MatrixView<T> w, MatrixView<const T> g, State& s) { impl_->step(w, g, s); }
+
+  /// Sets one option from text; an unknown key or a bad value throws and changes nothing.
+  void set(std::string_view key, std::string_view value) { impl_->set(key, value); }
+  T lr() const { return impl_->lr(); }
+  void set_lr(T lr) { impl_->set_lr(lr); }
+  T weight_decay() const { return impl_->weight_decay(); }
+  void set_weight_decay(T wd) { impl_->set_weight_decay(wd); }
+  T effective_lr(const State& s) const { return impl_->effective_lr(s); }
+  std::string name() const { return impl_->name(); }
+  std::string option_keys() const { return impl_->option_keys(); }
+  std::size_t workspace_bytes() const { return impl_->workspace_bytes(); }
+
+ private:
+  std::unique_ptr<Concept> impl_;
+};
+
+namespace detail {
+template <class Opt>
+AnyOptimizer<typename Opt::Scalar> configured(const Config& config) {
+  AnyOptimizer<typename Opt::Scalar> any{Opt{}};
+  // A named schedule replaces the whole schedule, so it goes before the keys that adjust it.
+  if (auto it = config.find("ns_schedule"); it != config.end()) any.set(it->first, it->second);
+  for (const auto& [key, value] : config)
+    if (key != "ns_schedule") any.set(key, value);
+  return any;
+}
+}  // namespace detail
+
+/// The preset names make_optimizer knows.
+inline constexpr const char* optimizer_names = "muon, moonlight_muon, rmnp, colnorm, orscale, adamw";
+
+/// Builds a preset by name ("muon", "moonlight_muon", "rmnp", "colnorm", "orscale", "adamw") with
+/// key/value options (keys: each preset's option_keys()). Throws std::invalid_argument for an unknown
+/// name, key or a bad value.
+template <class T>
+AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {}) {
+  if (name == "muon") return detail::configured<Muon<T>>(config);
+  if (name == "moonlight_muon") return detail::configured<MoonlightMuon<T>>(config);
+  if (name == "rmnp") return detail::configured<RMNP<T>>(config);
+  if (name == "colnorm") return detail::configured<ColNorm<T>>(config);
+  if (name == "orscale") return detail::configured<OrScale<T>>(config);
+  if (name == "adamw") return detail::configured<AdamW<T>>(config);
+  detail::fail("matopt::make_optimizer", "unknown optimizer '", name, "' (known: ", optimizer_names, ")");
+}
+
+}  // namespace matopt

@@ -1,0 +1,189 @@
+#pragma once
+// A model's optimizer: routes each parameter to the matrix optimizer or to AdamW (spec §4: Muon-family
+// optimizers are for hidden matrices only; biases, norms, embeddings and output heads go to AdamW), with
+// per-group lr scale and weight decay, and each parameter's effective lr on query.
+//
+//   matopt::HybridOptimizer<float> opt(matopt::AnyOptimizer<float>(matopt::Muon<float>{}));
+//   auto w1 = opt.add("fc1.weight", matopt::view(W1));                 // hidden matrix -> Muon
+//   auto b1 = opt.add("fc1.bias", matopt::view(b1v));                  // vector -> AdamW
+//   auto hd = opt.add("head.weight", matopt::view(W3), matopt::Role::Head);  // head -> AdamW
+//   opt.step({matopt::view(G1), matopt::view(gb1), matopt::view(G3)});
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "matopt/adamw.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/core/view.hpp"
+#include "matopt/facade/any_optimizer.hpp"
+
+namespace matopt {
+
+/// What a parameter is in its model. Auto: a matrix with more than one row and column is Hidden,
+/// anything else a Vector. Conv weights are added through conv_weight_view and are Hidden.
+enum class Role { Auto, Hidden, Vector, Embedding, Head };
+/// Which optimizer steps a parameter.
+enum class Route { Matrix, AdamW };
+
+template <class T>
+class HybridOptimizer {
+ public:
+  struct Options {
+    bool embeddings_to_adamw = true;  ///< false: embeddings go to the matrix optimizer
+    bool heads_to_adamw = true;       ///< false: output heads go to the matrix optimizer
+  };
+  /// A parameter group: its lr is the route's lr times lr_scale; weight_decay, if set, replaces the
+  /// route's. Group 0 ("default", scale 1, the route's decay) always exists.
+  struct Group {
+    std::string name;
+    T lr_scale = T(1);
+    std::optional<T> weight_decay;
+  };
+
+  explicit HybridOptimizer(AnyOptimizer<T> matrix, AnyOptimizer<T> adamw = AnyOptimizer<T>(AdamW<T>{}),
+                           Options options = {})
+      : matrix_(std::move(matrix)), adamw_(std::move(adamw)), options_(options) {
+    groups_.push_back({"default", T(1), std::nullopt});
+  }
+
+  /// Adds a group and returns its index.
+  std::size_t add_group(Group g) {
+    validate_group(g);
+    groups_.push_back(std::move(g));
+    return groups_.size() - 1;
+  }
+  Group& group(std::size_t g) { return groups_.at(g); }
+
+  /// Registers a parameter (the data stays the caller's, and must outlive this optimizer's use of it);
+  /// returns its index, the order step(grads) expects.
+  std::size_t add(std::string name, MatrixView<T> param, Role role = Role::Auto, std::size_t group = 0) {
+    constexpr const char* where = "matopt::HybridOptimizer::add";
+    if (group >= groups_.size())
+      detail::fail(where, "parameter '", name, "': group ", group, " does not exist (", groups_.size(),
+                   " groups)");
+    if (role == Role::Auto) role = (param.rows > 1 && param.cols > 1) ? Role::Hidden : Role::Vector;
+    const Route route = route_of(role);
+    Param p{std::move(name), param, role, route, group, {}};
+    p.state = optimizer(route).make_state(param);
+    params_.push_back(std::move(p));
+    return params_.size() - 1;
+  }
+
+  /// Steps parameter i with gradient g (same shape and layout as the parameter).
+  void step(std::size_t i, MatrixView<const T> g) {
+    Param& p = param(i, "step");
+    check_grad(p, g);
+    step_one(p, g);
+  }
+
+  /// Steps every parameter, grads[i] for parameter i. All gradients are checked (count, shapes, finite
+  /// values) before any parameter changes.
+  void step(const std::vector<MatrixView<const T>>& grads) {
+    if (grads.size() != params_.size())
+      detail::fail("matopt::HybridOptimizer::step", "got ", grads.size(), " gradients for ", params_.size(),
+                   " parameters");
+    for (std::size_t i = 0; i < params_.size(); ++i) check_grad(params_[i], grads[i]);
+    for (std::size_t i = 0; i < params_.size(); ++i) step_one(params_[i], grads[i]);
+  }
+
+  std::size_t size() const { return params_.size(); }
+  const std::string& name(std::size_t i) const { return param(i, "name").name; }
+  Route route(std::size_t i) const { return param(i, "route").route; }
+  Role role(std::size_t i) const { return param(i, "role").role; }
+
+  /// The lr parameter i's update uses: its route's effective lr (lr * s(m, n) for Static scaling, lr * r * s
+  /// for a trust ratio, lr for AdamW) times its group's lr_scale.
+  T effective_lr(std::size_t i) const {
+    const Param& p = param(i, "effective_lr");
+    return optimizer(p.route).effective_lr(p.state) * groups_[p.group].lr_scale;
+  }
+
+  AnyOptimizer<T>& matrix_optimizer() { return matrix_; }
+  AnyOptimizer<T>& adamw() { return adamw_; }
+
+  /// Bytes of all parameters' optimizer state plus both optimizers' workspaces.
+  std::size_t state_bytes() const {
+    std::size_t b = matrix_.workspace_bytes() + adamw_.workspace_bytes();
+    for (const auto& p : params_) b += p.state.bytes();
+    return b;
+  }
+
+ private:
+  struct Param {
+    std::string name;
+    MatrixView<T> view;
+    Role role;
+    Route route;
+    std::size_t group;
+    typename AnyOptimizer<T>::State state;
+  };
+
+  Route route_of(Role role) const {
+    switch (role) {
+      case Role::Hidden: return Route::Matrix;
+      case Role::Embedding: return options_.embeddings_to_adamw ? Route::AdamW : Route::Matrix;
+      case Role::Head: return options_.heads_to_adamw ? Route::AdamW : Route::Matrix;
+      default: return Route::AdamW;
+    }
+  }
+  AnyOptimizer<T>& optimizer(Route r) { return r == Route::Matrix ? matrix_ : adamw_; }
+  const AnyOptimizer<T>& optimizer(Route r) const { return r == Route::Matrix ? matrix_ : adamw_; }
+
+  Param& param(std::size_t i, const char* what) {
+    return const_cast<Param&>(static_cast<const HybridOptimizer&>(*this).param(i, what));
+  }
+  const Param& param(std::size_t i, const char* what) const {
+    if (i >= params_.size())
+      detail::fail("matopt::HybridOptimizer", what, ": parameter index ", i, " out of range (", params_.size(),
+                   " parameters)");
+    return params_[i];
+  }
+
+  void validate_group(const Group& g) const {
+    detail::require_positive("matopt::HybridOptimizer::add_group", "lr_scale", g.lr_scale);
+    if (g.weight_decay)
+      detail::require_nonnegative("matopt::HybridOptimizer::add_group", "weight_decay", *g.weight_decay);
+  }
+
+  static void check_grad(const Param& p, MatrixView<const T> g) {
+    constexpr const char* where = "matopt::HybridOptimizer::step";
+    if (g.rows != p.view.rows || g.cols != p.view.cols)
+      detail::fail(where, "gradient of '", p.name, "' is ", detail::shape_string(g.rows, g.cols),
+                   " but the parameter is ", detail::shape_string(p.view.rows, p.view.cols));
+    detail::with_map(g, [&](const auto& gm) {
+      if (!gm.allFinite())
+        detail::fail(where, "gradient of '", p.name, "' (", detail::shape_string(g.rows, g.cols),
+                     ") contains a non-finite value; nothing was changed");
+    });
+  }
+
+  void step_one(Param& p, MatrixView<const T> g) {
+    AnyOptimizer<T>& opt = optimizer(p.route);
+    const Group& grp = groups_[p.group];
+    validate_group(grp);  // groups are mutable through group()
+    const T lr = opt.lr(), wd = opt.weight_decay();
+    // The group's lr and decay apply to this step only; restored even if the step throws.
+    struct Restore {
+      AnyOptimizer<T>& opt;
+      T lr, wd;
+      ~Restore() {
+        opt.set_lr(lr);
+        opt.set_weight_decay(wd);
+      }
+    } restore{opt, lr, wd};
+    opt.set_lr(lr * grp.lr_scale);
+    if (grp.weight_decay) opt.set_weight_decay(*grp.weight_decay);
+    opt.step(p.view, g, p.state);
+  }
+
+  AnyOptimizer<T> matrix_;
+  AnyOptimizer<T> adamw_;
+  Options options_;
+  std::vector<Group> groups_;
+  std::vector<Param> params_;
+};
+
+}  // namespace matopt

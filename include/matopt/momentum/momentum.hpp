@@ -1,0 +1,69 @@
+#pragma once
+// Momentum policies (spec §1). Two conventions exist in the wild and both are offered by name:
+//   Ema (KellerJordan/Muon, torch.optim.Muon):  V <- beta V + (1 - beta) G,  Nesterov U = (1 - beta) G + beta V
+//   Sum (Moonlight, RMNP, OrScale):             V <- beta V + G,             Nesterov U = G + beta V
+//   plain momentum: U = V;  NoMomentum: U = G.
+// Each is written as U = u_g G + u_v V_old and V_new = v_v V_old + v_g G, so that the preconditioner
+// reads U before the buffer is overwritten (nothing is written until the direction is known).
+
+#include <type_traits>
+
+#include "matopt/config.hpp"
+
+namespace matopt {
+
+/// Momentum convention tags.
+struct Ema {};
+struct Sum {};
+/// Variant tags: the default of `Options::nesterov`.
+struct Nesterov {};
+struct Plain {};
+
+/// The four coefficients of one momentum step (see the file comment).
+template <class T>
+struct MomentumCoefficients {
+  T u_g, u_v;  // U = u_g G + u_v V_old
+  T v_v, v_g;  // V_new = v_v V_old + v_g G
+};
+
+/// Heavy-ball momentum of convention `Convention` (Ema or Sum); `Variant` (Nesterov or Plain) sets the
+/// default of the run-time `Options::nesterov` flag.
+template <class Convention, class Variant = Nesterov>
+struct Momentum {
+  static_assert(std::is_same_v<Convention, Ema> || std::is_same_v<Convention, Sum>,
+                "matopt::Momentum<Convention>: Convention must be matopt::Ema or matopt::Sum");
+  static_assert(std::is_same_v<Variant, Nesterov> || std::is_same_v<Variant, Plain>,
+                "matopt::Momentum<Convention, Variant>: Variant must be matopt::Nesterov or matopt::Plain");
+
+  static constexpr bool has_buffer = true;
+  static constexpr bool nesterov_default = std::is_same_v<Variant, Nesterov>;
+  static constexpr const char* name() { return std::is_same_v<Convention, Ema> ? "Ema" : "Sum"; }
+
+  template <class T>
+  static MomentumCoefficients<T> coefficients(T beta, bool nesterov) {
+    if constexpr (std::is_same_v<Convention, Ema>) {
+      // Nesterov: (1-b) G + b (b V + (1-b) G) = (1-b)(1+b) G + b^2 V
+      if (nesterov) return {(T(1) - beta) * (T(1) + beta), beta * beta, beta, T(1) - beta};
+      return {T(1) - beta, beta, beta, T(1) - beta};
+    } else {
+      // Nesterov: G + b (b V + G) = (1+b) G + b^2 V
+      if (nesterov) return {T(1) + beta, beta * beta, beta, T(1)};
+      return {T(1), beta, beta, T(1)};
+    }
+  }
+};
+
+/// No momentum: U = G, no buffer (stateless methods such as SRON/SCALE-style normalization). The
+/// `momentum` and `nesterov` options are accepted and have no effect.
+struct NoMomentum {
+  static constexpr bool has_buffer = false;
+  static constexpr bool nesterov_default = false;
+  static constexpr const char* name() { return "None"; }
+
+  template <class T>
+  static MomentumCoefficients<T> coefficients(T, bool) {
+    return {T(1), T(0), T(0), T(0)};
+  }
+};
+
+}  // namespace matopt

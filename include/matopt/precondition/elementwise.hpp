@@ -1,0 +1,44 @@
+#pragma once
+// The element-wise preconditioners (spec §2.4): Identity (SGD with momentum, D = U) and Sign (D = sign(U),
+// sign(0) = 0). With these, RowNormalize and ColNormalize, methods such as SRON, SCALE or SinkGD are a few
+// lines of user code (docs/policies.md shows them).
+
+#include <string_view>
+
+#include "matopt/config.hpp"
+
+namespace matopt {
+
+namespace detail {
+/// A preconditioner without options or workspace.
+struct StatelessPreconditioner {
+  struct Options {};
+  template <class T>
+  struct Workspace {
+    std::size_t bytes() const { return 0; }
+  };
+  template <class T>
+  static void reserve(Workspace<T>&, Index, Index) {}
+  static void validate(const Options&, std::string_view) {}
+  static bool set_option(Options&, std::string_view, std::string_view) { return false; }
+  static constexpr const char* option_keys() { return ""; }
+};
+}  // namespace detail
+
+struct Identity : detail::StatelessPreconditioner {
+  static constexpr const char* name() { return "Identity"; }
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
+    sink(u);
+  }
+};
+
+struct Sign : detail::StatelessPreconditioner {
+  static constexpr const char* name() { return "Sign"; }
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
+    sink(u.cwiseSign());
+  }
+};
+
+}  // namespace matopt

@@ -1,0 +1,54 @@
+#pragma once
+// Exact polar factor U V^T of the SVD U S V^T (spec §2.1): the reference Newton–Schulz approximates, and
+// an option for small matrices. Singular values at or below max(r, s) * eps(T) * s_max map to 0, as they do
+// under Newton–Schulz (p(0) = 0), so rank-deficient inputs give the partial isometry on their range.
+// The SVD allocates; use it where that is acceptable.
+
+#include <algorithm>
+#include <limits>
+#include <string_view>
+
+#include <Eigen/SVD>
+
+#include "matopt/core/workspace.hpp"
+
+namespace matopt {
+
+struct ExactPolar {
+  static constexpr const char* name() { return "ExactPolar"; }
+
+  struct Options {};
+
+  template <class T>
+  struct Workspace {
+    detail::Buffer<T> x, y;
+    void reserve(Index r, Index s) {
+      x.reserve(r * s);
+      y.reserve(r * s);
+    }
+    std::size_t bytes() const { return x.bytes() + y.bytes(); }
+    Eigen::Map<typename detail::Buffer<T>::Matrix> input(Index r, Index s) { return x.matrix(r, s); }
+  };
+
+  static void validate(const Options&, std::string_view) {}
+  static bool set_option(Options&, std::string_view, std::string_view) { return false; }
+  static constexpr const char* option_keys() { return ""; }
+
+  template <class T>
+  static Eigen::Map<typename detail::Buffer<T>::Matrix> run(Index r, Index s, const Options&,
+                                                           Workspace<T>& ws) {
+    using Matrix = typename detail::Buffer<T>::Matrix;
+    auto x = ws.x.matrix(r, s);
+    auto y = ws.y.matrix(r, s);
+    if (r == 0 || s == 0) return y;
+    Eigen::BDCSVD<Matrix> svd(x, Eigen::ComputeThinU | Eigen::ComputeThinV);
+    const auto& sv = svd.singularValues();
+    const T tol = T(std::max(r, s)) * std::numeric_limits<T>::epsilon() * sv(0);
+    Index rank = 0;
+    while (rank < sv.size() && sv(rank) > tol) ++rank;
+    y.noalias() = svd.matrixU().leftCols(rank) * svd.matrixV().leftCols(rank).transpose();
+    return y;
+  }
+};
+
+}  // namespace matopt

@@ -1,0 +1,58 @@
+#pragma once
+// RowNormalize (RMNP, arXiv 2603.20527; code Dominator-Index/RMNP, spec §2.2):
+// D_i = U_i / max(||U_i||_2, eps) for each row i, i.e. normalization over the input dimension.
+// Equal to Muon's (U U^T)^(-1/2) U when U U^T is diagonal, at Theta(mn) instead of Theta(mn min(m,n)).
+// Zero rows give zero rows. No transpose for tall matrices (the authors found it worse).
+
+#include <string_view>
+
+#include "matopt/core/errors.hpp"
+#include "matopt/core/parse.hpp"
+#include "matopt/core/workspace.hpp"
+
+namespace matopt {
+
+namespace detail {
+/// Shared by RowNormalize and ColNormalize: the normalizing eps (F.normalize's 1e-12 by default).
+struct NormalizeOptions {
+  double eps = 1e-12;
+};
+inline void validate_normalize(const NormalizeOptions& o, std::string_view where) {
+  require_positive(where, "norm_eps", o.eps);
+}
+inline bool set_normalize_option(NormalizeOptions& o, std::string_view key, std::string_view value) {
+  if (key != "norm_eps") return false;
+  o.eps = parse_double(key, value);
+  return true;
+}
+}  // namespace detail
+
+struct RowNormalize {
+  using Options = detail::NormalizeOptions;
+  template <class T>
+  struct Workspace {
+    detail::Buffer<T> scale;  // 1 / max(||U_i||, eps), one per row
+    std::size_t bytes() const { return scale.bytes(); }
+  };
+
+  static constexpr const char* name() { return "RowNormalize"; }
+  template <class T>
+  static void reserve(Workspace<T>& ws, Index m, Index) {
+    ws.scale.reserve(m);
+  }
+  static void validate(const Options& o, std::string_view where) { detail::validate_normalize(o, where); }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    return detail::set_normalize_option(o, key, value);
+  }
+  static constexpr const char* option_keys() { return "norm_eps"; }
+
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
+    auto scale = ws.scale.vector(u.rows());
+    scale.noalias() = u.rowwise().norm();
+    scale = scale.cwiseMax(T(o.eps)).cwiseInverse();
+    sink(scale.asDiagonal() * u);
+  }
+};
+
+}  // namespace matopt

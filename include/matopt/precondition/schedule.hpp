@@ -1,0 +1,140 @@
+#pragma once
+// Newton–Schulz coefficient schedules (spec §2.1) and their scalar response.
+// Each step maps every singular value s of the normalized X through p_k(s) = a_k s + b_k s^3 + c_k s^5.
+
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+#include "matopt/core/errors.hpp"
+
+namespace matopt {
+
+/// Coefficients (a, b, c) of one step: X <- a X + (b A + c A^2) X with A = X X^T.
+struct NsCoefficients {
+  double a = 0, b = 0, c = 0;
+  /// The step's scalar map p(s) = a s + b s^3 + c s^5.
+  double operator()(double s) const {
+    const double s2 = s * s;
+    return s * (a + s2 * (b + s2 * c));
+  }
+};
+
+/// A run-time schedule: step k uses coefficients[min(k, size-1)] (the last entry repeats, as in the
+/// Polar Express reference), for `steps` steps, after X <- X / (safety * ||X||_F + eps).
+struct NsSchedule {
+  std::vector<NsCoefficients> coefficients;
+  int steps = 5;
+  double safety = 1.0;
+  double eps = 1e-7;
+
+  const NsCoefficients& at(int k) const {
+    const auto last = static_cast<int>(coefficients.size()) - 1;
+    return coefficients[static_cast<std::size_t>(k < last ? k : last)];
+  }
+
+  /// Scalar response after `k` steps (default: all) of an input singular value `sigma` that has
+  /// already been normalized (the safety factor is not applied here).
+  double response(double sigma, int k = -1) const {
+    const int n = k < 0 ? steps : k;
+    for (int i = 0; i < n; ++i) sigma = at(i)(sigma);
+    return sigma;
+  }
+
+  void validate(std::string_view where) const {
+    if (coefficients.empty()) detail::fail(where, "NS schedule has no coefficients");
+    if (steps < 1) detail::fail(where, "NS steps must be >= 1 (got ", steps, ")");
+    for (const auto& c : coefficients)
+      if (!(std::isfinite(c.a) && std::isfinite(c.b) && std::isfinite(c.c)))
+        detail::fail(where, "NS coefficients must be finite (got (", c.a, ", ", c.b, ", ", c.c, "))");
+    detail::require_positive(where, "NS safety", safety);
+    detail::require_nonnegative(where, "NS eps", eps);
+  }
+};
+
+/// The published schedules (spec §2.1). Each tag's `schedule()` returns a fresh NsSchedule.
+namespace schedules {
+
+/// KellerJordan/Muon `zeropower_via_newtonschulz5`: (3.4445, -4.7750, 2.0315) for 5 steps.
+struct Jordan {
+  static constexpr const char* name = "jordan";
+  static NsSchedule schedule() { return {{{3.4445, -4.7750, 2.0315}}, 5, 1.0, 1e-7}; }
+};
+
+/// Jiacheng You's per-step coefficients (via the PolarExpress repository).
+struct You {
+  static constexpr const char* name = "you";
+  static NsSchedule schedule() {
+    return {{{4.0848, -6.8946, 2.9270},
+             {3.9505, -6.3029, 2.6377},
+             {3.7418, -5.5913, 2.3037},
+             {2.8769, -3.1427, 1.2046},
+             {2.8366, -3.0525, 1.2012}},
+            5, 1.0, 1e-7};
+  }
+};
+
+/// Polar Express 5-step schedule (arXiv 2505.16932) as used by modded-nanogpt and OrScale; equal to
+/// `polar_express::optimal_composition(1e-3, 5, 0.02, 0.02)`. Input divided by 1.02 ||X||_F + 1e-6.
+struct PolarExpress {
+  static constexpr const char* name = "polar_express";
+  static NsSchedule schedule() {
+    return {{{8.156554524902461, -22.48329292557795, 15.878769915207462},
+             {4.042929935166739, -2.808917465908714, 0.5000178451051316},
+             {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
+             {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
+             {2.3465413258596377, -1.7097828382687081, 0.42323551169305323}},
+            5, 1.02, 1e-6};
+  }
+};
+
+/// Classic cubic Newton–Schulz: X <- 1.5 X - 0.5 (X X^T) X. Converges to the polar factor for every
+/// normalized singular value in (0, 1], slowly from small ones.
+struct Cubic {
+  static constexpr const char* name = "cubic";
+  static NsSchedule schedule() { return {{{1.5, -0.5, 0.0}}, 5, 1.0, 1e-7}; }
+};
+
+/// Quintic Newton–Schulz with p'(1) = p''(1) = 0: (15/8, -10/8, 3/8).
+struct QuinticFixedPoint {
+  static constexpr const char* name = "quintic";
+  static NsSchedule schedule() { return {{{15.0 / 8, -10.0 / 8, 3.0 / 8}}, 5, 1.0, 1e-7}; }
+};
+
+/// The schedule of a name: "jordan", "you", "polar_express", "cubic", "quintic".
+inline NsSchedule by_name(std::string_view name) {
+  if (name == Jordan::name) return Jordan::schedule();
+  if (name == You::name) return You::schedule();
+  if (name == PolarExpress::name) return PolarExpress::schedule();
+  if (name == Cubic::name) return Cubic::schedule();
+  if (name == QuinticFixedPoint::name) return QuinticFixedPoint::schedule();
+  detail::fail("matopt::schedules::by_name", "unknown NS schedule '", name,
+               "' (known: jordan, you, polar_express, cubic, quintic)");
+}
+
+}  // namespace schedules
+}  // namespace matopt
+
+#include "matopt/core/parse.hpp"
+
+namespace matopt::detail {
+
+/// Run-time keys of a Newton–Schulz schedule: ns_schedule (a name of schedules::by_name; applied first by
+/// the facade), ns_steps, ns_safety, ns_eps. Returns false for other keys.
+inline bool set_schedule_option(NsSchedule& s, std::string_view key, std::string_view value) {
+  if (key == "ns_schedule") {
+    s = schedules::by_name(value);
+  } else if (key == "ns_steps") {
+    s.steps = parse_int(key, value);
+  } else if (key == "ns_safety") {
+    s.safety = parse_double(key, value);
+  } else if (key == "ns_eps") {
+    s.eps = parse_double(key, value);
+  } else {
+    return false;
+  }
+  return true;
+}
+inline constexpr const char* schedule_option_keys = "ns_schedule, ns_steps, ns_safety, ns_eps";
+
+}  // namespace matopt::detail

@@ -1,0 +1,67 @@
+#pragma once
+// Shape rules s(m, n) of the static scaling W <- W - lr * s * D (spec §3.1). m = rows = fan-out,
+// n = cols = fan-in; a conv weight uses its 2-D view (out, in*kh*kw).
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string_view>
+
+#include "matopt/config.hpp"
+
+namespace matopt::shape {
+
+/// s = 1.
+struct Unit {
+  static constexpr const char* name = "unit";
+  double operator()(Index, Index) const { return 1.0; }
+};
+
+/// s = max(1, m/n)^(1/2): KellerJordan/Muon and the RMNP official code.
+struct MuonOriginal {
+  static constexpr const char* name = "muon_original";
+  double operator()(Index m, Index n) const {
+    return std::sqrt(std::max(1.0, static_cast<double>(m) / static_cast<double>(n)));
+  }
+};
+
+/// s = max(1, n/m)^(1/2): MuonOriginal of the transposed matrix, the ColNorm preset's rule.
+struct TransposedMuonOriginal {
+  static constexpr const char* name = "transposed_muon_original";
+  double operator()(Index m, Index n) const { return MuonOriginal{}(n, m); }
+};
+
+/// s = coefficient * sqrt(max(m, n)), coefficient 0.2: matches AdamW's update RMS (Moonlight; PyTorch
+/// torch.optim.Muon `match_rms_adamw`).
+struct MoonlightRms {
+  static constexpr const char* name = "moonlight_rms";
+  double coefficient = 0.2;
+  double operator()(Index m, Index n) const {
+    return coefficient * std::sqrt(static_cast<double>(std::max(m, n)));
+  }
+};
+
+/// s = sqrt(m/n): Scion, microsoft/dion.
+struct Spectral {
+  static constexpr const char* name = "spectral";
+  double operator()(Index m, Index n) const {
+    return std::sqrt(static_cast<double>(m) / static_cast<double>(n));
+  }
+};
+
+/// s = sqrt(m): Scion's column-normalization radius (each column gets unit RMS).
+struct ScionColumn {
+  static constexpr const char* name = "scion_column";
+  double operator()(Index m, Index) const { return std::sqrt(static_cast<double>(m)); }
+};
+
+/// Any user rule s(m, n), set at run time: `Static<shape::Function>` with `options.scaling.rule = f`.
+/// (A user struct with `double operator()(Index m, Index n) const` works the same way, without the
+/// indirect call.)
+struct Function {
+  static constexpr const char* name = "function";
+  std::function<double(Index, Index)> rule;
+  double operator()(Index m, Index n) const { return rule(m, n); }
+};
+
+}  // namespace matopt::shape

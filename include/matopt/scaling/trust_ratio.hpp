@@ -1,0 +1,125 @@
+#pragma once
+// Trust-ratio scaling (spec §3.2). Weight decay is coupled here, not decoupled:
+//   D' = lambda W + s(m, n) Q      (Q = preconditioned direction; s = 1 for OrScale, MoonlightRms for -LM)
+//   W <- W - lr * r * D'
+// with the ratio r of `Ratio`:
+//   trust::OrScale (arXiv 2605.07815, NUS-HPC-AI-Lab/OrScale): r = clip(||W||_F / (c ||D'||_F + eps), lo, hi)
+//     c = 1, or calibrated once at the first step to ||W0||_F / ||D'0||_F so that r0 = 1 (OrScale-LM);
+//     if either norm is below eps there, c falls back to 0.2 sqrt(max(m, n)).
+//   trust::Lars (arXiv 1708.03888): r = eta_t ||W|| / (||G|| + lambda ||W||), eta_t = 0.001; r = 1 when
+//     ||W|| or ||G|| is zero (as LARS implementations do, so that zero-initialized weights still move).
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <type_traits>
+
+#include "matopt/core/errors.hpp"
+#include "matopt/core/parse.hpp"
+#include "matopt/scaling/shape.hpp"
+
+namespace matopt {
+namespace trust {
+
+struct OrScale {
+  static constexpr const char* name() { return "OrScale"; }
+  struct Options {
+    double clip_min = 0.5;  ///< OrScale: [0.5, 1.5]; OrScale-LM: [0.1, 5.0]
+    double clip_max = 1.5;
+    double eps = 1e-6;
+    bool calibrate = false;  ///< OrScale-LM: set c at the first step so that r0 = 1
+  };
+  static void validate(const Options& o, std::string_view where) {
+    detail::require_positive(where, "clip_min", o.clip_min);
+    detail::require_positive(where, "clip_max", o.clip_max);
+    if (o.clip_min > o.clip_max)
+      detail::fail(where, "clip_min must be <= clip_max (got [", o.clip_min, ", ", o.clip_max, "])");
+    detail::require_positive(where, "trust_eps", o.eps);
+  }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "clip_min") o.clip_min = detail::parse_double(key, value);
+    else if (key == "clip_max") o.clip_max = detail::parse_double(key, value);
+    else if (key == "trust_eps") o.eps = detail::parse_double(key, value);
+    else if (key == "calibrate") o.calibrate = detail::parse_bool(key, value);
+    else return false;
+    return true;
+  }
+  static constexpr const char* option_keys() { return "clip_min, clip_max, trust_eps, calibrate"; }
+};
+
+struct Lars {
+  static constexpr const char* name() { return "LARS"; }
+  struct Options {
+    double trust_coefficient = 0.001;
+  };
+  static void validate(const Options& o, std::string_view where) {
+    detail::require_positive(where, "trust_coefficient", o.trust_coefficient);
+  }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key != "trust_coefficient") return false;
+    o.trust_coefficient = detail::parse_double(key, value);
+    return true;
+  }
+  static constexpr const char* option_keys() { return "trust_coefficient"; }
+};
+
+}  // namespace trust
+
+template <class Ratio = trust::OrScale, class Shape = shape::Unit>
+struct TrustRatio {
+  static constexpr const char* name() { return "TrustRatio"; }
+
+  struct Options : Ratio::Options {
+    Shape rule{};  ///< s(m, n) multiplying Q
+  };
+  template <class T>
+  struct State {
+    T calibration = T(1);  ///< c (OrScale)
+    bool calibrated = false;
+    T last_ratio = T(1);  ///< r of the most recent step (1 before the first)
+  };
+
+  static void validate(const Options& o, std::string_view where) { Ratio::validate(o, where); }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    return Ratio::set_option(o, key, value);
+  }
+  static constexpr const char* option_keys() { return Ratio::option_keys(); }
+
+  static double factor(const Options& o, Index m, Index n) { return o.rule(m, n); }
+
+  /// lr * r * s, with r from the most recent step.
+  template <class T>
+  static T effective_lr(const Options& o, const State<T>& st, T lr, Index m, Index n) {
+    return lr * st.last_ratio * T(factor(o, m, n));
+  }
+
+  template <class T, class WMat, class DExpr, class GMat>
+  static void update(WMat& w, const DExpr& q, const GMat& g, State<T>& st, const Options& o, T lr, T lambda) {
+    const Index m = w.rows(), n = w.cols();
+    const T s = T(factor(o, m, n));
+    const auto d = lambda * w + s * q;  // D' (an expression: evaluated twice, never stored)
+    const T w_norm = w.norm();
+    T r;
+    if constexpr (std::is_same_v<Ratio, trust::OrScale>) {
+      const T eps = T(o.eps);
+      const T d_norm = d.norm();
+      T c = st.calibration;
+      if (o.calibrate && !st.calibrated) {
+        c = (w_norm >= eps && d_norm >= eps)
+                ? w_norm / d_norm
+                : T(0.2 * std::sqrt(static_cast<double>(std::max(m, n))));
+        st.calibration = c;
+        st.calibrated = true;
+      }
+      r = std::clamp(w_norm / (c * d_norm + eps), T(o.clip_min), T(o.clip_max));
+    } else {
+      const T g_norm = g.norm();
+      r = (w_norm > T(0) && g_norm > T(0)) ? T(o.trust_coefficient) * w_norm / (g_norm + lambda * w_norm)
+                                          : T(1);
+    }
+    st.last_ratio = r;
+    w -= (lr * r) * d;
+  }
+};
+
+}  // namespace matopt

@@ -1,0 +1,22 @@
+# Builds and runs tests/package/consumer against matopt in one of three ways (MODE):
+#   install       cmake --install the build tree into WORK_DIR/prefix, then find_package(matopt CONFIG)
+#   subdirectory  add_subdirectory(SOURCE_DIR)
+#   fetchcontent  FetchContent_Declare(matopt SOURCE_DIR ...) + FetchContent_MakeAvailable
+file(REMOVE_RECURSE ${WORK_DIR})
+file(MAKE_DIRECTORY ${WORK_DIR})
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+endfunction()
+
+set(args -DMATOPT_MODE=${MODE} -DMATOPT_SOURCE_DIR=${SOURCE_DIR} -DCMAKE_BUILD_TYPE=Debug)
+if(MODE STREQUAL "install")
+  run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+  list(APPEND args -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+endif()
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package/consumer -B ${WORK_DIR}/build -G ${GENERATOR} ${args})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)
+run(${WORK_DIR}/build/consumer)

@@ -1,0 +1,299 @@
+// The public contract (architecture.md): options, validation and bad input (nothing changes on a throw),
+// odd shapes, storage orders and Eigen argument kinds, the run-time facade and the hybrid container.
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include <matopt/matopt.hpp>
+
+#include "test_support.hpp"
+
+using namespace matopt;
+using namespace matopt::test;
+
+namespace {
+/// Runs check(opt_type_tag) for every matrix preset.
+template <class T, class F>
+void for_each_preset(F&& f) {
+  f(Muon<T>{});
+  f(MoonlightMuon<T>{});
+  f(RMNP<T>{});
+  f(ColNorm<T>{});
+  f(OrScale<T>{});
+}
+}  // namespace
+
+TEST_CASE("the contract of architecture.md compiles and steps") {
+  std::vector<float> wbuf(6 * 4, 0.1f), gbuf(6 * 4, 0.2f);
+  matopt::Muon<float>::Options o;
+  o.lr = 0.02f;
+  o.momentum = 0.95f;
+  o.nesterov = true;
+  o.weight_decay = 0.0f;
+  matopt::Muon<float> opt(o);
+  using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Eigen::Map<RowMat> W(wbuf.data(), 6, 4), G(gbuf.data(), 6, 4);
+  auto state = opt.make_state(W);
+  opt.step(W, G, state);
+  opt.options().lr = 0.01f;  // schedules mutate options between steps
+  opt.step(W, G, state);
+  CHECK(W.allFinite());
+  CHECK(state.steps == 2);
+  CHECK(wbuf[0] != 0.1f);
+}
+
+TEST_CASE_TEMPLATE("bad hyperparameters throw naming the parameter", T, float, double) {
+  auto bad = [](auto opt, auto mutate, const char* what) {
+    using Opt = decltype(opt);
+    typename Opt::Options o;
+    mutate(o);
+    CHECK_THROWS_WITH_AS(Opt{o}, doctest::Contains(what), std::invalid_argument);
+  };
+  const T nan = std::numeric_limits<T>::quiet_NaN(), inf = std::numeric_limits<T>::infinity();
+  for_each_preset<T>([&](auto opt) {
+    using O = typename decltype(opt)::Options;
+    bad(opt, [](O& o) { o.lr = T(0); }, "lr must be finite and > 0 (got 0)");
+    bad(opt, [](O& o) { o.lr = T(-1); }, "lr must be finite and > 0");
+    bad(opt, [&](O& o) { o.lr = nan; }, "lr must be finite");
+    bad(opt, [&](O& o) { o.lr = inf; }, "lr must be finite");
+    bad(opt, [](O& o) { o.momentum = T(1); }, "momentum must be in [0, 1) (got 1)");
+    bad(opt, [](O& o) { o.momentum = T(-0.1); }, "momentum must be in [0, 1)");
+    bad(opt, [](O& o) { o.weight_decay = T(-1); }, "weight_decay must be finite and >= 0");
+    bad(opt, [&](O& o) { o.weight_decay = nan; }, "weight_decay");
+  });
+  bad(Muon<T>{}, [](auto& o) { o.precondition.schedule.steps = 0; }, "NS steps must be >= 1");
+  bad(RMNP<T>{}, [](auto& o) { o.precondition.eps = 0; }, "norm_eps must be finite and > 0");
+  bad(OrScale<T>{}, [](auto& o) { o.scaling.clip_min = 2; }, "clip_min must be <= clip_max");
+  bad(AdamW<T>{}, [](auto& o) { o.beta2 = T(1); }, "beta2 must be in [0, 1)");
+  bad(AdamW<T>{}, [](auto& o) { o.eps = T(0); }, "eps must be finite and > 0");
+  using Fn = Optimizer<T, RowNormalize, Momentum<Sum>, Static<shape::Function>>;
+  CHECK_THROWS_WITH_AS(Fn{}, doctest::Contains("shape::Function has no function set"), std::invalid_argument);
+}
+
+TEST_CASE_TEMPLATE("bad input at step throws and changes nothing", T, float, double) {
+  for_each_preset<T>([](auto opt) {
+    using M = Eigen::Matrix<T, -1, -1>;
+    CAPTURE(opt.name());
+    M w = randn(6, 4, 1).cast<T>();
+    auto st = opt.make_state(w);
+    opt.step(w, M(randn(6, 4, 2).cast<T>()), st);
+    const M w_before = w;
+    const auto st_before = st;
+    auto unchanged = [&] {
+      CHECK(w == w_before);
+      CHECK(st.momentum == st_before.momentum);
+      CHECK(st.steps == st_before.steps);
+    };
+    CHECK_THROWS_WITH_AS(opt.step(w, M(M::Ones(4, 6)), st), doctest::Contains("G is 4x6 but W is 6x4"),
+                         std::invalid_argument);
+    unchanged();
+    M other = M::Ones(5, 4);
+    CHECK_THROWS_WITH_AS(opt.step(other, M(M::Ones(5, 4)), st),
+                         doctest::Contains("state was made for a 6x4 parameter but W is 5x4"), std::invalid_argument);
+    unchanged();
+    RowMat<T> w_row = w;
+    CHECK_THROWS_WITH_AS(opt.step(w_row, RowMat<T>(RowMat<T>::Ones(6, 4)), st),
+                         doctest::Contains("state was made for a column-major W but W is row-major"),
+                         std::invalid_argument);
+    unchanged();
+    for (T bad : {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity()}) {
+      M g = M::Ones(6, 4);
+      g(3, 2) = bad;
+      CHECK_THROWS_WITH_AS(opt.step(w, g, st), doctest::Contains("G (6x4) contains a non-finite value"),
+                           std::invalid_argument);
+      unchanged();
+    }
+    opt.options().lr = T(-1);  // options are mutable, and checked at each step
+    CHECK_THROWS_WITH_AS(opt.step(w, M(M::Ones(6, 4)), st), doctest::Contains("lr must be finite and > 0"),
+                         std::invalid_argument);
+    unchanged();
+  });
+}
+
+TEST_CASE_TEMPLATE("odd shapes: 1xn, nx1, empty, zero gradients, zero rows give finite results", T, float,
+                   double) {
+  for_each_preset<T>([](auto opt) {
+    using M = Eigen::Matrix<T, -1, -1>;
+    CAPTURE(opt.name());
+    for (auto [m, n] : {std::pair<Index, Index>{1, 7}, {7, 1}, {1, 1}, {0, 5}, {5, 0}, {0, 0}, {33, 5}, {5, 33}}) {
+      CAPTURE(m);
+      CAPTURE(n);
+      M w = M::Ones(m, n);
+      auto st = opt.make_state(w);
+      opt.step(w, M(M::Zero(m, n)), st);  // zero gradient
+      CHECK(w.allFinite());
+      M g = randn(m, n, 3).template cast<T>();
+      if (m > 2) g.row(1).setZero();
+      if (n > 2) g.col(2).setZero();
+      opt.step(w, g, st);
+      CHECK(w.allFinite());
+      CHECK(st.steps == 2);
+    }
+  });
+}
+
+TEST_CASE_TEMPLATE("every preset gives the same numbers for row- and column-major storage", T, float, double) {
+  for_each_preset<T>([](auto opt_row) {
+    auto opt_col = opt_row;
+    CAPTURE(opt_row.name());
+    for (auto [m, n] : {std::pair<Index, Index>{9, 5}, {5, 9}}) {
+      RowMat<T> wr = randn(m, n, 1).template cast<T>();
+      ColMat<T> wc = wr;
+      auto sr = opt_row.make_state(wr);
+      auto sc = opt_col.make_state(wc);
+      for (unsigned k = 0; k < 3; ++k) {
+        const Eigen::MatrixXd g = randn(m, n, 10 + k);
+        opt_row.step(wr, RowMat<T>(g.cast<T>()), sr);
+        opt_col.step(wc, ColMat<T>(g.cast<T>()), sc);
+      }
+      CHECK(rel_error(wr, wc) <= tol<T>());
+    }
+  });
+}
+
+TEST_CASE("W may be a Map, a Ref or a Block of a larger matrix; G any expression") {
+  Eigen::MatrixXd big = randn(10, 10, 1);
+  const Eigen::MatrixXd start = big;
+  Eigen::MatrixXd w = big.block(2, 3, 4, 5);
+  const Eigen::MatrixXd g = randn(4, 5, 2);
+  RMNP<double> a, b;
+  auto sa = a.make_state(w);
+  auto sb = b.make_state(big.block(2, 3, 4, 5));
+  a.step(w, g, sa);
+  b.step(big.block(2, 3, 4, 5), g, sb);
+  CHECK(big.block(2, 3, 4, 5) == w);
+  big.block(2, 3, 4, 5) = start.block(2, 3, 4, 5);
+  CHECK(big == start);  // nothing outside the block moved
+  Eigen::Ref<Eigen::MatrixXd> ref(w);
+  a.step(ref, 2.0 * g, sa);
+  CHECK(w.allFinite());
+}
+
+TEST_CASE("state and workspace sizes are reported") {
+  Muon<float> muon;
+  Eigen::MatrixXf w(64, 256), small(8, 8);
+  auto st = muon.make_state(w);
+  CHECK(st.bytes() >= 64 * 256 * sizeof(float));
+  const auto ws = muon.workspace_bytes();
+  CHECK(ws >= (2 * 64 * 256 + 2 * 64 * 64) * sizeof(float));
+  (void)muon.make_state(small);  // the shared workspace is sized by the largest parameter
+  CHECK(muon.workspace_bytes() == ws);
+  RMNP<float> rmnp;
+  CHECK(rmnp.make_state(w).bytes() == 64 * 256 * sizeof(float));
+  CHECK(rmnp.workspace_bytes() == 64 * sizeof(float));
+}
+
+TEST_CASE("facade: build presets by name with key/value options") {
+  auto opt = make_optimizer<double>("muon", {{"lr", "0.05"}, {"momentum", "0.9"}, {"ns_steps", "6"}});
+  CHECK(opt.name() == "matopt::Muon");
+  CHECK(opt.lr() == 0.05);
+  // The facade steps exactly like the typed preset.
+  Muon<double>::Options o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  o.precondition.schedule.steps = 6;
+  Muon<double> typed(o);
+  RowMat<double> w1 = randn(6, 9, 1), w2 = w1;
+  const RowMat<double> g = randn(6, 9, 2);
+  auto s1 = opt.make_state(view(w1));
+  auto s2 = typed.make_state(w2);
+  opt.step(view(w1), view(g), s1);
+  typed.step(w2, g, s2);
+  CHECK(w1 == w2);
+  CHECK(opt.effective_lr(s1) == doctest::Approx(0.05));
+
+  for (const char* name : {"muon", "moonlight_muon", "rmnp", "colnorm", "orscale", "adamw"}) {
+    auto any = make_optimizer<float>(name);
+    ColMat<float> w = ColMat<float>::Ones(4, 3);
+    auto s = any.make_state(view(w));
+    any.step(view(w), view(ColMat<float>(ColMat<float>::Ones(4, 3))), s);
+    CHECK(w.allFinite());
+  }
+  auto pe = make_optimizer<double>("orscale", {{"ns_steps", "7"}, {"ns_schedule", "jordan"}});
+  CHECK_NOTHROW(pe.set("calibrate", "true"));
+
+  CHECK_THROWS_WITH_AS(make_optimizer<float>("sgd"), doctest::Contains("unknown optimizer 'sgd'"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_optimizer<float>("rmnp", {{"learning_rate", "1"}}),
+                       doctest::Contains("unknown option 'learning_rate'"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_optimizer<float>("rmnp", {{"lr", "fast"}}),
+                       doctest::Contains("option 'lr': 'fast' is not a number"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_optimizer<float>("muon", {{"nesterov", "maybe"}}),
+                       doctest::Contains("not a boolean"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_optimizer<float>("muon", {{"ns_schedule", "foo"}}),
+                       doctest::Contains("unknown NS schedule 'foo'"), std::invalid_argument);
+  // A bad value changes nothing.
+  CHECK_THROWS_WITH_AS(opt.set("lr", "-3"), doctest::Contains("lr must be finite and > 0"), std::invalid_argument);
+  CHECK(opt.lr() == 0.05);
+  // A state made by another optimizer, or a layout mismatch, is refused.
+  auto rmnp = make_optimizer<double>("rmnp");
+  CHECK_THROWS_WITH_AS(rmnp.step(view(w1), view(g), s1), doctest::Contains("state was made by a different optimizer"),
+                       std::invalid_argument);
+  ColMat<double> gc = g;
+  CHECK_THROWS_WITH_AS(opt.step(view(w1), view(gc), s1), doctest::Contains("G is column-major but W is row-major"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("hybrid: routing, groups and effective lr") {
+  RowMat<float> w1 = randn(16, 8, 1).cast<float>(), w2 = randn(10, 16, 2).cast<float>();
+  RowMat<float> emb = randn(20, 16, 3).cast<float>();
+  Eigen::VectorXf b1 = Eigen::VectorXf::Zero(16);
+  HybridOptimizer<float> opt(AnyOptimizer<float>(Muon<float>{}));
+  const auto slow = opt.add_group({"slow", 0.5f, 0.01f});
+  const auto i_emb = opt.add("embed", view(emb), Role::Embedding);
+  const auto i_w1 = opt.add("fc1.weight", view(w1));
+  const auto i_b1 = opt.add("fc1.bias", view(b1));
+  const auto i_w2 = opt.add("head.weight", view(w2), Role::Head, slow);
+  CHECK(opt.size() == 4);
+  CHECK(opt.route(i_emb) == Route::AdamW);
+  CHECK(opt.route(i_w1) == Route::Matrix);
+  CHECK(opt.role(i_w1) == Role::Hidden);
+  CHECK(opt.route(i_b1) == Route::AdamW);
+  CHECK(opt.role(i_b1) == Role::Vector);
+  CHECK(opt.route(i_w2) == Route::AdamW);
+  CHECK(opt.effective_lr(i_w1) == doctest::Approx(0.02f * std::sqrt(2.0f)));
+  CHECK(opt.effective_lr(i_b1) == doctest::Approx(3e-4f));
+  CHECK(opt.effective_lr(i_w2) == doctest::Approx(0.5f * 3e-4f));
+
+  // Stepping through the container equals stepping each optimizer by hand with the group's lr and decay.
+  const RowMat<float> g_emb = randn(20, 16, 4).cast<float>(), g1 = randn(16, 8, 5).cast<float>();
+  const RowMat<float> g2 = randn(10, 16, 6).cast<float>();
+  const Eigen::VectorXf gb = randn<Eigen::MatrixXf>(16, 1, 7);
+  RowMat<float> w1_ref = w1, w2_ref = w2;
+  opt.step({view(g_emb), view(g1), view(gb), view(g2)});
+  Muon<float> muon;
+  auto s1 = muon.make_state(w1_ref);
+  muon.step(w1_ref, g1, s1);
+  CHECK(w1 == w1_ref);
+  AdamW<float>::Options ao;
+  ao.lr = 0.5f * 3e-4f;
+  ao.weight_decay = 0.01f;
+  AdamW<float> adam(ao);
+  auto s2 = adam.make_state(w2_ref);
+  adam.step(w2_ref, g2, s2);
+  CHECK(w2 == w2_ref);
+  CHECK(opt.adamw().lr() == doctest::Approx(3e-4f));  // group settings do not leak
+
+  // Bad input changes nothing: a wrong count, a wrong shape, or one non-finite gradient among many.
+  const RowMat<float> w1_before = w1;
+  CHECK_THROWS_WITH_AS(opt.step({view(g_emb)}), doctest::Contains("got 1 gradients for 4 parameters"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(opt.step({view(g_emb), view(g2), view(gb), view(g2)}),
+                       doctest::Contains("gradient of 'fc1.weight' is 10x16 but the parameter is 16x8"),
+                       std::invalid_argument);
+  RowMat<float> g2_nan = g2;
+  g2_nan(0, 0) = std::nanf("");
+  CHECK_THROWS_WITH_AS(opt.step({view(g_emb), view(g1), view(gb), view(g2_nan)}),
+                       doctest::Contains("gradient of 'head.weight' (10x16) contains a non-finite value"),
+                       std::invalid_argument);
+  CHECK(w1 == w1_before);
+  CHECK_THROWS_AS(opt.add("x", view(w1), Role::Auto, 9), std::invalid_argument);
+  CHECK_THROWS_AS(opt.add_group({"bad", -1.0f, std::nullopt}), std::invalid_argument);
+
+  // By flag, embeddings and heads go to the matrix optimizer.
+  HybridOptimizer<float> all(make_optimizer<float>("rmnp"), make_optimizer<float>("adamw"), {false, false});
+  CHECK(all.route(all.add("embed", view(emb), Role::Embedding)) == Route::Matrix);
+  CHECK(all.route(all.add("head", view(w2), Role::Head)) == Route::Matrix);
+}

@@ -1,0 +1,297 @@
+// Momentum, normalization, scaling and AdamW policies against hand-computed closed forms (spec §1-§4).
+#include <cmath>
+
+#include <doctest/doctest.h>
+
+#include <matopt/adamw.hpp>
+#include <matopt/precondition/elementwise.hpp>
+#include <matopt/presets.hpp>
+
+#include "test_support.hpp"
+
+using namespace matopt;
+using namespace matopt::test;
+
+TEST_CASE_TEMPLATE("RowNormalize: unit rows, zero rows stay zero", T, float, double) {
+  Eigen::Matrix<T, -1, -1> u = randn(6, 9, 1).cast<T>();
+  u.row(2).setZero();
+  const auto d = precondition<RowNormalize, T>(u);
+  for (Index i = 0; i < 6; ++i) CHECK(d.row(i).norm() == doctest::Approx(i == 2 ? 0.0 : 1.0).epsilon(tol<T>()));
+  CHECK(d.allFinite());
+  // Each row is the input row rescaled (the direction is kept).
+  CHECK(rel_error(d.row(0), u.row(0) / u.row(0).norm()) <= tol<T>());
+  // RowNormalize = (U U^T)^(-1/2) U when U U^T is diagonal (orthogonal rows), i.e. equals the polar factor.
+  const Eigen::MatrixXd q = random_orthonormal(9, 4, 3).transpose();  // 4 x 9, orthonormal rows
+  const Eigen::MatrixXd diag_gram = Eigen::Vector4d(3, 0.5, 2, 1).asDiagonal() * q;
+  CHECK(rel_error(precondition<RowNormalize, T>(diag_gram.cast<T>().eval()), q) <= tol<T>());
+}
+
+TEST_CASE_TEMPLATE("ColNormalize: unit columns, zero columns stay zero", T, float, double) {
+  RowMat<T> u = randn(7, 5, 2).cast<T>();
+  u.col(4).setZero();
+  const auto d = precondition<ColNormalize, T>(u);
+  for (Index j = 0; j < 5; ++j) CHECK(d.col(j).norm() == doctest::Approx(j == 4 ? 0.0 : 1.0).epsilon(tol<T>()));
+  CHECK(rel_error(d.col(1), u.col(1) / u.col(1).norm()) <= tol<T>());
+}
+
+TEST_CASE("Identity and Sign") {
+  Eigen::MatrixXd u(2, 3);
+  u << 1.5, -2, 0, 0.25, -1e-30, 7;
+  CHECK(precondition<Identity, double>(u) == u);
+  Eigen::MatrixXd s(2, 3);
+  s << 1, -1, 0, 1, -1, 1;
+  CHECK(precondition<Sign, double>(u) == s);
+}
+
+namespace {
+/// SGD with momentum of convention C: Identity preconditioner, unit scale, so W moves by -lr U exactly.
+template <class C, class T>
+using Sgd = Optimizer<T, Identity, Momentum<C, Nesterov>, Static<shape::Unit>>;
+}  // namespace
+
+TEST_CASE_TEMPLATE("momentum conventions and Nesterov match the hand-written recurrences", T, float, double) {
+  const T beta = T(0.9), lr = T(0.5);
+  const Eigen::Matrix<T, -1, -1> w0 = randn(3, 4, 4).cast<T>();
+  const Eigen::Matrix<T, -1, -1> g1 = randn(3, 4, 5).cast<T>(), g2 = randn(3, 4, 6).cast<T>();
+  for (bool nesterov : {true, false}) {
+    CAPTURE(nesterov);
+    // EMA (KellerJordan/Muon): V1 = (1-b) G1, V2 = b V1 + (1-b) G2; U = (1-b) G + b V or V.
+    {
+      typename Sgd<Ema, T>::Options o;
+      o.lr = lr;
+      o.momentum = beta;
+      o.nesterov = nesterov;
+      Sgd<Ema, T> opt(o);
+      Eigen::Matrix<T, -1, -1> w = w0;
+      auto st = opt.make_state(w);
+      opt.step(w, g1, st);
+      opt.step(w, g2, st);
+      const Eigen::MatrixXd v1 = (1 - beta) * g1.template cast<double>();
+      const Eigen::MatrixXd v2 = beta * v1 + (1 - beta) * g2.template cast<double>();
+      const Eigen::MatrixXd u1 = nesterov ? Eigen::MatrixXd((1 - beta) * g1.template cast<double>() + beta * v1) : v1;
+      const Eigen::MatrixXd u2 = nesterov ? Eigen::MatrixXd((1 - beta) * g2.template cast<double>() + beta * v2) : v2;
+      CHECK(rel_error(w, w0.template cast<double>() - lr * (u1 + u2)) <= tol<T>());
+    }
+    // Sum (Moonlight, RMNP): V1 = G1, V2 = b V1 + G2; U = G + b V or V.
+    {
+      typename Sgd<Sum, T>::Options o;
+      o.lr = lr;
+      o.momentum = beta;
+      o.nesterov = nesterov;
+      Sgd<Sum, T> opt(o);
+      Eigen::Matrix<T, -1, -1> w = w0;
+      auto st = opt.make_state(w);
+      opt.step(w, g1, st);
+      opt.step(w, g2, st);
+      const Eigen::MatrixXd v1 = g1.template cast<double>();
+      const Eigen::MatrixXd v2 = beta * v1 + g2.template cast<double>();
+      const Eigen::MatrixXd u1 = nesterov ? Eigen::MatrixXd(g1.template cast<double>() + beta * v1) : v1;
+      const Eigen::MatrixXd u2 = nesterov ? Eigen::MatrixXd(g2.template cast<double>() + beta * v2) : v2;
+      CHECK(rel_error(w, w0.template cast<double>() - lr * (u1 + u2)) <= tol<T>());
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("EMA and Sum momentum give the same direction after normalization", T, float, double) {
+  using EmaMuon = Optimizer<T, Orthogonalize<NewtonSchulz<>>, Momentum<Ema>, Static<>>;
+  using SumMuon = Optimizer<T, Orthogonalize<NewtonSchulz<>>, Momentum<Sum>, Static<>>;
+  using EmaRow = Optimizer<T, RowNormalize, Momentum<Ema>, Static<>>;
+  using SumRow = Optimizer<T, RowNormalize, Momentum<Sum>, Static<>>;
+  const Eigen::Matrix<T, -1, -1> w0 = randn(10, 6, 8).cast<T>();
+  auto run = [&](auto opt) {
+    Eigen::Matrix<T, -1, -1> w = w0;
+    auto st = opt.make_state(w);
+    for (unsigned k = 0; k < 4; ++k) opt.step(w, randn(10, 6, 100 + k).cast<T>(), st);
+    return w;
+  };
+  // The NS eps (1e-7 against ||U||_F) is the only difference: EMA's U is (1 - beta) times Sum's.
+  CHECK(rel_error(run(EmaMuon{}), run(SumMuon{})) <= (std::is_same_v<T, float> ? 1e-5 : 1e-7));
+  CHECK(rel_error(run(EmaRow{}), run(SumRow{})) <= tol<T>());
+}
+
+TEST_CASE_TEMPLATE("decoupled weight decay uses the unscaled lr", T, float, double) {
+  // W1 = W0 (1 - lr lambda) - lr s G with s = MuonOriginal(12, 3) = 2.
+  using Opt = Optimizer<T, Identity, NoMomentum, Static<shape::MuonOriginal>>;
+  typename Opt::Options o;
+  o.lr = T(0.1);
+  o.weight_decay = T(0.3);
+  Opt opt(o);
+  const Eigen::Matrix<T, -1, -1> w0 = randn(12, 3, 1).cast<T>(), g = randn(12, 3, 2).cast<T>();
+  Eigen::Matrix<T, -1, -1> w = w0;
+  auto st = opt.make_state(w);
+  opt.step(w, g, st);
+  const Eigen::MatrixXd want = w0.template cast<double>() * (1 - 0.1 * 0.3) - 0.1 * 2.0 * g.template cast<double>();
+  CHECK(rel_error(w, want) <= tol<T>());
+  CHECK(opt.effective_lr(st) == doctest::Approx(0.2).epsilon(1e-6));
+}
+
+TEST_CASE("shape rules (spec §3.1)") {
+  CHECK(shape::Unit{}(8, 2) == 1.0);
+  CHECK(shape::MuonOriginal{}(8, 2) == doctest::Approx(2.0));
+  CHECK(shape::MuonOriginal{}(2, 8) == 1.0);
+  CHECK(shape::TransposedMuonOriginal{}(2, 8) == doctest::Approx(2.0));
+  CHECK(shape::TransposedMuonOriginal{}(8, 2) == 1.0);
+  CHECK(shape::MoonlightRms{}(8, 50) == doctest::Approx(0.2 * std::sqrt(50.0)));
+  CHECK(shape::MoonlightRms{}(50, 8) == doctest::Approx(0.2 * std::sqrt(50.0)));
+  CHECK(shape::Spectral{}(8, 2) == doctest::Approx(2.0));
+  CHECK(shape::Spectral{}(2, 8) == doctest::Approx(0.5));
+  CHECK(shape::ScionColumn{}(9, 3) == doctest::Approx(3.0));
+  CHECK(shape::Function{[](Index m, Index n) { return double(m * n); }}(3, 4) == 12.0);
+}
+
+TEST_CASE("a user rule as a functor type drives the scale") {
+  struct Half {
+    double operator()(Index, Index) const { return 0.5; }
+  };
+  Optimizer<double, Identity, NoMomentum, Static<Half>> opt;
+  Eigen::MatrixXd w = Eigen::MatrixXd::Zero(2, 2), g = Eigen::MatrixXd::Ones(2, 2);
+  auto st = opt.make_state(w);
+  opt.step(w, g, st);
+  CHECK(w(0, 0) == doctest::Approx(-0.02 * 0.5));
+}
+
+TEST_CASE("conv weights: the 2-D view (out, in*kh*kw) drives the scale") {
+  // (out, in, kh, kw) = (16, 2, 3, 3): the view is 16 x 18, so MuonOriginal gives max(1, 16/18)^(1/2) = 1,
+  // not sqrt(16/2) (from (out, in)) nor anything from (kh, kw).
+  std::vector<float> wbuf(16 * 2 * 3 * 3, 0.0f), gbuf(wbuf.size());
+  for (std::size_t i = 0; i < gbuf.size(); ++i) gbuf[i] = std::sin(float(i));
+  auto w = conv_weight_view(wbuf.data(), 16, 2, 3, 3);
+  auto g = conv_weight_view(static_cast<const float*>(gbuf.data()), 16, 2, 3, 3);
+  CHECK(w.rows() == 16);
+  CHECK(w.cols() == 18);
+  RMNP<float> opt;
+  auto st = opt.make_state(w);
+  CHECK(opt.effective_lr(st) == doctest::Approx(0.02f));
+  opt.step(w, g, st);
+  // Each output filter moved by exactly lr (unit row norm, s = 1).
+  for (Index i = 0; i < 16; ++i) CHECK(w.row(i).norm() == doctest::Approx(0.02f).epsilon(1e-5));
+  // The tall case: (64, 1, 2, 2) -> 64 x 4, s = 4.
+  std::vector<float> tall(64 * 4, 0.0f);
+  auto wt = conv_weight_view(tall.data(), 64, 1, 2, 2);
+  CHECK(opt.effective_lr(opt.make_state(wt)) == doctest::Approx(0.02f * 4));
+  CHECK_THROWS_AS(conv_weight_view(wbuf.data(), 16, -2, 3, 3), std::invalid_argument);
+}
+
+namespace {
+template <class T>
+using OrScaleSgd = Optimizer<T, Identity, NoMomentum, TrustRatio<trust::OrScale, shape::Unit>>;
+}
+
+TEST_CASE_TEMPLATE("OrScale trust ratio: clipping, coupled decay, calibration to r0 = 1", T, float, double) {
+  const Eigen::Matrix<T, -1, -1> g = randn(5, 8, 3).cast<T>();
+  const Eigen::Matrix<T, -1, -1> w0 = randn(5, 8, 4).cast<T>();
+  typename OrScaleSgd<T>::Options o;
+  o.lr = T(0.1);
+  o.weight_decay = T(0.2);
+  // r = ||W|| / (||D|| + eps) with D = lambda W + Q: scale W to land inside, above and below the clip.
+  for (double wscale : {1.0, 50.0, 0.01}) {
+    CAPTURE(wscale);
+    OrScaleSgd<T> opt(o);
+    Eigen::Matrix<T, -1, -1> w = (T(wscale) * w0).eval();
+    const Eigen::MatrixXd wd = w.template cast<double>();
+    const Eigen::MatrixXd d = 0.2 * wd + g.template cast<double>();
+    const double r = std::clamp(wd.norm() / (d.norm() + 1e-6), 0.5, 1.5);
+    auto st = opt.make_state(w);
+    opt.step(w, g, st);
+    CHECK(rel_error(w, wd - 0.1 * r * d) <= tol<T>());
+    CHECK(double(st.scaling.last_ratio) == doctest::Approx(r).epsilon(tol<T>()));
+    CHECK(double(opt.effective_lr(st)) == doctest::Approx(0.1 * r).epsilon(tol<T>()));
+  }
+  // OrScale-LM: calibrate c at the first step so that r0 = 1, with clip [0.1, 5].
+  o.scaling.calibrate = true;
+  o.scaling.clip_min = 0.1;
+  o.scaling.clip_max = 5.0;
+  OrScaleSgd<T> opt(o);
+  Eigen::Matrix<T, -1, -1> w = (T(50) * w0).eval();
+  auto st = opt.make_state(w);
+  opt.step(w, g, st);
+  CHECK(double(st.scaling.last_ratio) == doctest::Approx(1.0).epsilon(1e-5));
+  const double c = double(st.scaling.calibration);
+  CHECK(c > 1.0);
+  opt.step(w, g, st);  // c stays fixed after the first step
+  CHECK(double(st.scaling.calibration) == c);
+}
+
+TEST_CASE("OrScale calibration falls back to 0.2 sqrt(max(m, n)) when a norm is below eps") {
+  using Opt = OrScaleSgd<double>;
+  Opt::Options o;
+  o.scaling.calibrate = true;
+  Opt opt(o);
+  Eigen::MatrixXd w = Eigen::MatrixXd::Zero(4, 9), g = Eigen::MatrixXd::Ones(4, 9);
+  auto st = opt.make_state(w);
+  opt.step(w, g, st);
+  CHECK(st.scaling.calibration == doctest::Approx(0.2 * 3.0));
+  CHECK(st.scaling.last_ratio == 0.5);  // ||W|| = 0: r = 0, clipped to 0.5
+}
+
+TEST_CASE("LARS trust ratio (arXiv 1708.03888)") {
+  using Opt = Optimizer<double, Identity, NoMomentum, TrustRatio<trust::Lars>>;
+  Opt::Options o;
+  o.lr = 1.0;
+  o.weight_decay = 0.1;
+  Opt opt(o);
+  const Eigen::MatrixXd w0 = randn(4, 4, 1), g = randn(4, 4, 2);
+  Eigen::MatrixXd w = w0;
+  auto st = opt.make_state(w);
+  opt.step(w, g, st);
+  const double r = 0.001 * w0.norm() / (g.norm() + 0.1 * w0.norm());
+  CHECK(rel_error(w, w0 - r * (0.1 * w0 + g)) <= 1e-12);
+  // Zero weights still move (r = 1).
+  Eigen::MatrixXd z = Eigen::MatrixXd::Zero(4, 4);
+  auto sz = opt.make_state(z);
+  opt.step(z, g, sz);
+  CHECK(rel_error(z, -g) <= 1e-12);
+}
+
+TEST_CASE_TEMPLATE("AdamW: constant gradient closed form", T, float, double) {
+  // With a constant g, the bias-corrected moments are exactly g and g^2: every step moves by
+  // lr g / (|g| + eps) after the decay factor.
+  typename AdamW<T>::Options o;
+  o.lr = T(0.01);
+  o.weight_decay = T(0.5);
+  AdamW<T> opt(o);
+  Eigen::Matrix<T, -1, 1> w(3), g(3);
+  w << T(1), T(-2), T(0.5);
+  g << T(0.3), T(-4), T(1e-3);
+  Eigen::VectorXd want = w.template cast<double>();
+  auto st = opt.make_state(w);
+  for (int k = 0; k < 4; ++k) {
+    opt.step(w, g, st);
+    for (Index i = 0; i < 3; ++i) {
+      const double gi = double(g(i));
+      want(i) = want(i) * (1 - 0.01 * 0.5) - 0.01 * gi / (std::abs(gi) + 1e-8);
+    }
+  }
+  CHECK(rel_error(w, want) <= 10 * tol<T>());
+  CHECK(st.steps == 4);
+}
+
+TEST_CASE("preset defaults (spec §4)") {
+  CHECK(Muon<float>::Options{}.lr == 0.02f);
+  CHECK(Muon<float>::Options{}.momentum == 0.95f);
+  CHECK(Muon<float>::Options{}.nesterov);
+  CHECK(Muon<float>::Options{}.weight_decay == 0.0f);
+  CHECK(Muon<float>::Options{}.precondition.schedule.coefficients[0].a == 3.4445);
+  CHECK(MoonlightMuon<double>::Options{}.lr == 1e-3);
+  CHECK(MoonlightMuon<double>::Options{}.weight_decay == 0.1);
+  CHECK(RMNP<double>::Options{}.lr == 0.02);
+  CHECK(RMNP<double>::Options{}.precondition.eps == 1e-12);
+  CHECK(ColNorm<double>::Options{}.lr == 0.02);
+  CHECK(OrScale<double>::Options{}.scaling.clip_min == 0.5);
+  CHECK(OrScale<double>::Options{}.scaling.clip_max == 1.5);
+  CHECK(OrScale<double>::Options{}.precondition.schedule.safety == 1.02);
+  CHECK(AdamW<double>::Options{}.lr == 3e-4);
+  CHECK(AdamW<double>::Options{}.beta1 == 0.9);
+  CHECK(AdamW<double>::Options{}.beta2 == 0.95);
+  CHECK(AdamW<double>::Options{}.eps == 1e-8);
+  // Effective lr of each preset on a 64 x 16 matrix.
+  Eigen::MatrixXd w(64, 16);
+  Muon<double> muon;
+  CHECK(muon.effective_lr(muon.make_state(w)) == doctest::Approx(0.02 * 2));
+  MoonlightMuon<double> moon;
+  CHECK(moon.effective_lr(moon.make_state(w)) == doctest::Approx(1e-3 * 0.2 * 8));
+  ColNorm<double> col;
+  CHECK(col.effective_lr(col.make_state(w)) == doctest::Approx(0.02));
+  Eigen::MatrixXd wide(16, 64);
+  CHECK(col.effective_lr(col.make_state(wide)) == doctest::Approx(0.02 * 2));
+}

@@ -1,0 +1,99 @@
+#pragma once
+// Shared helpers of matopt's tests: reference oracles, random inputs, golden data.
+
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+#include <Eigen/Core>
+#include <Eigen/QR>
+#include <doctest/doctest.h>
+
+#include <matopt/core/view.hpp>
+
+namespace matopt::test {
+
+template <class T>
+using RowMat = matopt::RowMatrix<T>;
+template <class T>
+using ColMat = matopt::ColMatrix<T>;
+
+/// Tolerances per scalar type.
+template <class T>
+constexpr double tol() {
+  return std::is_same_v<T, float> ? 1e-5 : 1e-12;
+}
+
+/// Deterministic standard-normal matrix.
+template <class M = Eigen::MatrixXd>
+M randn(Index rows, Index cols, unsigned seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> dist;
+  M out(rows, cols);
+  for (Index i = 0; i < rows; ++i)
+    for (Index j = 0; j < cols; ++j) out(i, j) = static_cast<typename M::Scalar>(dist(gen));
+  return out;
+}
+
+/// Random matrix with orthonormal columns (n x k, k <= n), from a Householder QR.
+inline Eigen::MatrixXd random_orthonormal(Index n, Index k, unsigned seed) {
+  const Eigen::MatrixXd a = randn(n, k, seed);
+  Eigen::HouseholderQR<Eigen::MatrixXd> qr(a);
+  return qr.householderQ() * Eigen::MatrixXd::Identity(n, k);
+}
+
+/// ||a - b||_F / ||b||_F (or ||a - b||_F when b = 0).
+template <class A, class B>
+double rel_error(const Eigen::MatrixBase<A>& a, const Eigen::MatrixBase<B>& b) {
+  const Eigen::MatrixXd ad = a.template cast<double>(), bd = b.template cast<double>();
+  const double nb = bd.norm();
+  return nb > 0 ? (ad - bd).norm() / nb : (ad - bd).norm();
+}
+
+/// The direction D = P(U) of a preconditioner policy, evaluated into a matrix.
+template <class P, class T, class UMat>
+Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> precondition(const UMat& u, const typename P::Options& o = {}) {
+  typename P::template Workspace<T> ws;
+  P::reserve(ws, u.rows(), u.cols());
+  Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> d(u.rows(), u.cols());
+  P::template apply<T>(u, o, ws, [&](const auto& dir) { d = dir; });
+  return d;
+}
+
+/// Golden data written by scripts/make_golden.py.
+class Golden {
+ public:
+  static const Golden& get() {
+    static const Golden g(MATOPT_GOLDEN_FILE);
+    return g;
+  }
+  const Eigen::MatrixXd& operator[](const std::string& name) const {
+    auto it = data_.find(name);
+    if (it == data_.end()) throw std::runtime_error("golden data has no matrix '" + name + "'");
+    return it->second;
+  }
+
+ private:
+  explicit Golden(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot open golden data " + path);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("matrix ", 0) != 0) continue;
+      std::istringstream head(line.substr(7));
+      std::string name;
+      Index rows = 0, cols = 0;
+      head >> name >> rows >> cols;
+      Eigen::MatrixXd m(rows, cols);
+      for (Index i = 0; i < rows; ++i)
+        for (Index j = 0; j < cols; ++j) in >> m(i, j);
+      data_[name] = m;
+    }
+  }
+  std::map<std::string, Eigen::MatrixXd> data_;
+};
+
+}  // namespace matopt::test
