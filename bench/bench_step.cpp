@@ -40,9 +40,14 @@ void shapes(benchmark::internal::Benchmark* b) {
 }
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_Step<matopt::Muon<float>>, muon, true)->Apply(shapes);
-BENCHMARK_CAPTURE(BM_Step<matopt::OrScale<float>>, orscale, true)->Apply(shapes);
-BENCHMARK_CAPTURE(BM_Step<matopt::RMNP<float>>, rmnp, false)->Apply(shapes);
-BENCHMARK_CAPTURE(BM_Step<matopt::ColNorm<float>>, colnorm, false)->Apply(shapes);
-
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::RegisterBenchmark("BM_Step/muon", BM_Step<matopt::Muon<float>>, true)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/orscale", BM_Step<matopt::OrScale<float>>, true)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/rmnp", BM_Step<matopt::RMNP<float>>, false)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/colnorm", BM_Step<matopt::ColNorm<float>>, false)->Apply(shapes);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
