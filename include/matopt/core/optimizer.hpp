@@ -119,8 +119,10 @@ class Optimizer {
     check_shapes(w.rows(), w.cols(), layout, g.rows(), g.cols(), state, where);
     if (!g.allFinite()) detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
                                      ") contains a non-finite value; W and state are unchanged");
-    ++state.steps;
-    if (w.size() == 0) return;
+    if (w.size() == 0) {
+      ++state.steps;
+      return;
+    }
 
     const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
     const T lr = options_.lr, lambda = options_.weight_decay;
@@ -135,6 +137,7 @@ class Optimizer {
     } else {
       Preconditioner::template apply<T>(g, options_.precondition, workspace_, update);
     }
+    ++state.steps;
   }
 
   /// The per-parameter learning rate the update actually uses: lr * s(m, n) for Static scaling, lr * r * s

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what matopt's build, tests, examples and benchmarks need, from Debian's packages.
+# Idempotent: runs apt-get only when something is missing. Needs root (or sudo).
+set -euo pipefail
+
+packages=(cmake make g++ libeigen3-dev doctest-dev libbenchmark-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "matopt setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
