@@ -25,6 +25,8 @@
 #include "matopt/scaling/static.hpp"
 #include "matopt/scaling/trust_ratio.hpp"
 
+#include "matopt/diagnostics.hpp"
+
 #include "matopt/adamw.hpp"
 #include "matopt/presets.hpp"
 
