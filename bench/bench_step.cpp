@@ -1,22 +1,78 @@
-// Full optimizer step of each preset on one fp32 matrix, with naive-FLOP/s (Newton–Schulz presets) and
-// bytes/s (20 B/element: read G, V, W, write V, W) counters. Names are stable: BM_Step/<preset>/m/n.
-// Run: matopt_bench --benchmark_format=json --benchmark_repetitions=5
+// matopt's CPU benchmarks (Google Benchmark; names are stable, shapes in ArgNames; JSON with
+// --benchmark_format=json). Each reference needed for the ratios of performance.md runs in the same binary:
+//   BM_Gemm/<engine>/n             the engine's SGEMM (C = A B, n x n), naive FLOP/s
+//   BM_Stream/elements             the memory roofline of a normalization step: read 3 arrays, write 2
+//                                  (v = a v + g; w = w - b v), 20 B/element, bytes/s
+//   BM_NS/<schedule>/m/n           Newton–Schulz alone (5 steps), naive FLOP/s (20 r^2 s + 10 r^3)
+//   BM_Step/<preset>/m/n           one full optimizer step (momentum, preconditioner, update)
+//   BM_StepBatch/<preset>/count/m/n  `count` same-shape matrices through the batched step
+#include <algorithm>
+#include <vector>
+
 #include <benchmark/benchmark.h>
 
 #include <matopt/matopt.hpp>
 
 namespace {
 using Mat = matopt::RowMatrix<float>;
+using matopt::Index;
 
-/// Naive FLOPs of Jordan NS5 on an m x n matrix: 5 (4 r^2 s + 2 r^3), r = min(m, n), s = max(m, n).
-double ns5_flops(double m, double n) {
+/// Naive FLOPs of a K-step Newton–Schulz on m x n: K (4 r^2 s + 2 r^3), r = min(m, n), s = max(m, n).
+double ns_flops(double m, double n, int steps = 5) {
   const double r = std::min(m, n), s = std::max(m, n);
-  return 5 * (4 * r * r * s + 2 * r * r * r);
+  return steps * (4 * r * r * s + 2 * r * r * r);
+}
+
+void rate(benchmark::State& bs, const char* name, double per_iteration) {
+  bs.counters[name] = benchmark::Counter(per_iteration * double(bs.iterations()), benchmark::Counter::kIsRate);
+}
+
+void BM_Gemm(benchmark::State& bs) {
+  const Index n = bs.range(0);
+  Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n), c(n, n);
+  matopt::detail::ColMap<float> am(a.data(), n, n), bm(b.data(), n, n), cm(c.data(), n, n);
+  for (auto _ : bs) {
+    matopt::detail::gemm(1.0f, am, bm, 0.0f, cm);
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  rate(bs, "flops", 2.0 * double(n) * double(n) * double(n));
+}
+
+void BM_Stream(benchmark::State& bs) {
+  const Index n = bs.range(0);
+  Eigen::ArrayXf w = Eigen::ArrayXf::Random(n), v = Eigen::ArrayXf::Random(n), g = Eigen::ArrayXf::Random(n);
+  constexpr Index block = 16 * 4096;  // the same fixed blocking as the fused kernels
+  for (auto _ : bs) {
+    matopt::detail::parallel_for((n + block - 1) / block, [&](Index b) {
+      const Index i = b * block, len = std::min(block, n - i);
+      v.segment(i, len) = 0.95f * v.segment(i, len) + g.segment(i, len);
+      w.segment(i, len) -= 1e-3f * v.segment(i, len);
+    });
+    benchmark::ClobberMemory();
+  }
+  rate(bs, "bytes", 20.0 * double(n));
+}
+
+template <class Schedule>
+void BM_NS(benchmark::State& bs) {
+  const Index m = bs.range(0), n = bs.range(1);
+  using P = matopt::Orthogonalize<matopt::NewtonSchulz<Schedule>>;
+  typename P::Options o;
+  typename P::template Workspace<float> ws;
+  P::reserve(ws, o, m, n);
+  const Mat u = Mat::Random(m, n);
+  float sink = 0;
+  for (auto _ : bs) {
+    P::template apply<float>(u, o, ws, [&](const auto& d) { sink += d(0, 0); });
+    benchmark::DoNotOptimize(sink);
+  }
+  rate(bs, "flops", ns_flops(double(m), double(n), o.schedule.steps));
 }
 
 template <class Opt>
-void BM_Step(benchmark::State& bs, bool orthogonalizes) {
-  const auto m = bs.range(0), n = bs.range(1);
+void BM_Step(benchmark::State& bs) {
+  const Index m = bs.range(0), n = bs.range(1);
   Opt opt;
   Mat w = Mat::Random(m, n), g = Mat::Random(m, n);
   auto state = opt.make_state(w);
@@ -24,27 +80,57 @@ void BM_Step(benchmark::State& bs, bool orthogonalizes) {
     opt.step(w, g, state);
     benchmark::ClobberMemory();
   }
-  const double elements = double(m) * double(n);
-  bs.counters["bytes_per_second"] =
-      benchmark::Counter(20.0 * elements * double(bs.iterations()), benchmark::Counter::kIsRate);
-  if (orthogonalizes)
-    bs.counters["naive_flops"] =
-        benchmark::Counter(ns5_flops(double(m), double(n)) * double(bs.iterations()), benchmark::Counter::kIsRate);
+  rate(bs, "bytes", 20.0 * double(m) * double(n));
+  rate(bs, "flops", ns_flops(double(m), double(n)));
+}
+
+template <class Opt>
+void BM_StepBatch(benchmark::State& bs) {
+  const Index count = bs.range(0), m = bs.range(1), n = bs.range(2);
+  Opt opt;
+  std::vector<Mat> w(count, Mat::Random(m, n)), g(count, Mat::Random(m, n));
+  std::vector<typename Opt::State> states;
+  std::vector<matopt::MatrixView<float>> wv;
+  std::vector<matopt::MatrixView<const float>> gv;
+  for (Index i = 0; i < count; ++i) {
+    states.push_back(opt.make_state(w[i]));
+    wv.push_back(matopt::view(w[i]));
+    gv.push_back(matopt::view(std::as_const(g[i])));
+  }
+  for (auto _ : bs) {
+    opt.step(wv, gv, states);
+    benchmark::ClobberMemory();
+  }
+  rate(bs, "bytes", 20.0 * double(count) * double(m) * double(n));
+  rate(bs, "flops", double(count) * ns_flops(double(m), double(n)));
 }
 
 void shapes(benchmark::internal::Benchmark* b) {
   b->ArgNames({"m", "n"});
   for (auto [m, n] : {std::pair{1024, 1024}, std::pair{1024, 4096}, std::pair{4096, 1024}, std::pair{2048, 2048}})
     b->Args({m, n});
-  b->Unit(benchmark::kMillisecond);
+  b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 }  // namespace
 
 int main(int argc, char** argv) {
-  benchmark::RegisterBenchmark("BM_Step/muon", BM_Step<matopt::Muon<float>>, true)->Apply(shapes);
-  benchmark::RegisterBenchmark("BM_Step/orscale", BM_Step<matopt::OrScale<float>>, true)->Apply(shapes);
-  benchmark::RegisterBenchmark("BM_Step/rmnp", BM_Step<matopt::RMNP<float>>, false)->Apply(shapes);
-  benchmark::RegisterBenchmark("BM_Step/colnorm", BM_Step<matopt::ColNorm<float>>, false)->Apply(shapes);
+  namespace mo = matopt;
+  const std::string engine = mo::detail::gemm_engine_name();
+  benchmark::RegisterBenchmark(("BM_Gemm/" + engine).c_str(), BM_Gemm)
+      ->ArgName("n")->Arg(1024)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_Stream", BM_Stream)
+      ->ArgName("elements")->Arg(1 << 22)->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_NS/jordan", BM_NS<mo::schedules::Jordan>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_NS/polar_express", BM_NS<mo::schedules::PolarExpress>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/muon", BM_Step<mo::Muon<float>>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/moonlight_muon", BM_Step<mo::MoonlightMuon<float>>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/orscale", BM_Step<mo::OrScale<float>>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/rmnp", BM_Step<mo::RMNP<float>>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/colnorm", BM_Step<mo::ColNorm<float>>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_StepBatch/muon", BM_StepBatch<mo::Muon<float>>)
+      ->ArgNames({"count", "m", "n"})->Args({64, 256, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
+  benchmark::RegisterBenchmark("BM_StepBatch/rmnp", BM_StepBatch<mo::RMNP<float>>)
+      ->ArgNames({"count", "m", "n"})->Args({64, 256, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
 # Installs what matopt's build, tests, examples and benchmarks need, from Debian's packages.
 # Idempotent: runs apt-get only when something is missing. Needs root (or sudo).
+#   ./scripts/setup.sh          build, tests (both GEMM engines), examples, benchmarks
+#   ./scripts/setup.sh bench    also PyTorch, for bench/compare.py and scripts/make_golden.py
 set -euo pipefail
 
-packages=(cmake make g++ libeigen3-dev doctest-dev libbenchmark-dev)
+packages=(cmake make g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev)
+for group in "$@"; do
+  case "$group" in
+    bench) packages+=(python3-torch) ;;
+    *) echo "setup.sh: unknown group '$group' (known: bench)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

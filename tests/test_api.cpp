@@ -172,17 +172,18 @@ TEST_CASE("W may be a Map, a Ref or a Block of a larger matrix; G any expression
 }
 
 TEST_CASE("state and workspace sizes are reported") {
+  // Large parameters (over kTile = 256 rows or columns) use only the shared workspace.
   Muon<float> muon;
-  Eigen::MatrixXf w(64, 256), small(8, 8);
+  Eigen::MatrixXf w(300, 520), smaller(280, 300);
   auto st = muon.make_state(w);
-  CHECK(st.bytes() >= 64 * 256 * sizeof(float));
+  CHECK(st.bytes() == 300 * 520 * sizeof(float));
   const auto ws = muon.workspace_bytes();
-  CHECK(ws >= (2 * 64 * 256 + 2 * 64 * 64) * sizeof(float));
-  (void)muon.make_state(small);  // the shared workspace is sized by the largest parameter
+  CHECK(ws == (2 * 300 * 520 + 2 * 300 * 300) * sizeof(float));  // X, Y (r x s), A, B (r x r)
+  (void)muon.make_state(smaller);  // the shared workspace is sized by the largest parameter
   CHECK(muon.workspace_bytes() == ws);
   RMNP<float> rmnp;
-  CHECK(rmnp.make_state(w).bytes() == 64 * 256 * sizeof(float));
-  CHECK(rmnp.workspace_bytes() == 64 * sizeof(float));
+  CHECK(rmnp.make_state(w).bytes() == 300 * 520 * sizeof(float));
+  CHECK(rmnp.workspace_bytes() == 300 * sizeof(float));
 }
 
 TEST_CASE("facade: build presets by name with key/value options") {
@@ -287,6 +288,10 @@ TEST_CASE("hybrid: routing, groups and effective lr") {
   g2_nan(0, 0) = std::nanf("");
   CHECK_THROWS_WITH_AS(opt.step({view(g_emb), view(g1), view(gb), view(g2_nan)}),
                        doctest::Contains("gradient of 'head.weight' (10x16) contains a non-finite value"),
+                       std::invalid_argument);
+  const ColMat<float> g2_col = g2;
+  CHECK_THROWS_WITH_AS(opt.step({view(g_emb), view(g1), view(gb), view(g2_col)}),
+                       doctest::Contains("gradient of 'head.weight' is column-major but the parameter is row-major"),
                        std::invalid_argument);
   CHECK(w1 == w1_before);
   CHECK_THROWS_AS(opt.add("x", view(w1), Role::Auto, 9), std::invalid_argument);

@@ -4,7 +4,6 @@
 
 #include <Eigen/SVD>
 #include <matopt/precondition/exact_polar.hpp>
-#include <matopt/precondition/gram_newton_schulz.hpp>
 #include <matopt/precondition/orthogonalize.hpp>
 
 #include "test_support.hpp"
@@ -33,7 +32,9 @@ TEST_CASE_TEMPLATE("many cubic / quintic NS steps converge to the exact polar fa
     for (NsSchedule s : {schedules::Cubic::schedule(), schedules::QuinticFixedPoint::schedule()}) {
       s.steps = 40;
       using P = Orthogonalize<NewtonSchulz<>>;
-      const auto d = precondition<P, T>(c.u.cast<T>(), P::Options{s});
+      P::Options o;
+      o.schedule = s;
+      const auto d = precondition<P, T>(c.u.cast<T>(), o);
       CHECK(rel_error(d, c.polar) <= 10 * tol<T>());
     }
   }
@@ -76,11 +77,25 @@ TEST_CASE_TEMPLATE("Gram Newton–Schulz equals plain Newton–Schulz", T, float
     CAPTURE(n);
     const auto u = randn<Eigen::MatrixXd>(m, n, 5).template cast<T>().eval();
     for (NsSchedule s : {schedules::Jordan::schedule(), schedules::PolarExpress::schedule()}) {
-      const auto plain = precondition<Orthogonalize<NewtonSchulz<>>, T>(u, {s});
-      const auto gram = precondition<Orthogonalize<GramNewtonSchulz<>>, T>(u, {s, {2}});
+      using P = Orthogonalize<NewtonSchulz<>>;
+      P::Options o;
+      o.schedule = s;
+      o.variant = NsVariant::Plain;
+      const auto plain = precondition<P, T>(u, o);
+      o.variant = NsVariant::Gram;
+      const auto gram = precondition<P, T>(u, o);
       CHECK(rel_error(gram, plain) <= (std::is_same_v<T, float> ? 1e-4 : 1e-10));
-      const auto gram_no_restart = precondition<Orthogonalize<GramNewtonSchulz<>>, T>(u, {s, {}});
+      typename Orthogonalize<GramNewtonSchulz<>>::Options go;  // Gram by default
+      go.schedule = s;
+      CHECK(rel_error(precondition<Orthogonalize<GramNewtonSchulz<>>, T>(u, go), gram) == 0);
+      o.restarts.clear();
+      const auto gram_no_restart = precondition<P, T>(u, o);
       CHECK(rel_error(gram_no_restart, plain) <= (std::is_same_v<T, float> ? 1e-3 : 1e-9));
+      // Auto picks Gram exactly for the strongly rectangular shape (s >= 4 r).
+      o.restarts = {2};
+      o.variant = NsVariant::Auto;
+      const bool rectangular = std::max(m, n) >= 4 * std::min(m, n);
+      CHECK(rel_error(precondition<P, T>(u, o), rectangular ? gram : plain) == 0);
     }
   }
 }

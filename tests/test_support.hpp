@@ -57,7 +57,7 @@ double rel_error(const Eigen::MatrixBase<A>& a, const Eigen::MatrixBase<B>& b) {
 template <class P, class T, class UMat>
 Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> precondition(const UMat& u, const typename P::Options& o = {}) {
   typename P::template Workspace<T> ws;
-  P::reserve(ws, u.rows(), u.cols());
+  P::reserve(ws, o, u.rows(), u.cols());
   Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> d(u.rows(), u.cols());
   P::template apply<T>(u, o, ws, [&](const auto& dir) { d = dir; });
   return d;

@@ -15,7 +15,6 @@
 #include "matopt/precondition/elementwise.hpp"
 #include "matopt/precondition/exact_polar.hpp"
 #include "matopt/precondition/generators.hpp"
-#include "matopt/precondition/gram_newton_schulz.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
 #include "matopt/precondition/row_normalize.hpp"

@@ -10,17 +10,22 @@
 //   V      = v_v V + v_g G
 // Nothing is written before every check has passed; W and the state are left unchanged on a throw.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <Eigen/Core>
 
+#include "matopt/core/engine.hpp"
 #include "matopt/core/errors.hpp"
+#include "matopt/core/parallel.hpp"
 #include "matopt/core/parse.hpp"
 #include "matopt/core/traits.hpp"
+#include "matopt/core/view.hpp"
 
 namespace matopt {
 
@@ -101,7 +106,7 @@ class Optimizer {
     s.cols = w.cols();
     s.layout = detail::layout_of_v<WMat>;
     if constexpr (MomentumPolicy::has_buffer) s.momentum.setZero(w.size());
-    Preconditioner::reserve(workspace_, w.rows(), w.cols());
+    reserve_workspaces(w.rows(), w.cols(), detail::available_threads());
     return s;
   }
 
@@ -111,33 +116,47 @@ class Optimizer {
   void step(WMat&& w, const Eigen::MatrixBase<GMat>& g, State& state) {
     static_assert(detail::is_eigen_matrix_v<WMat>,
                   "matopt::Optimizer::step: W must be an Eigen matrix (Matrix, Map, Ref, Block)");
-    using WPlain = detail::remove_cvref_t<WMat>;
-    constexpr Layout layout = detail::layout_of_v<WPlain>;
+    validate(options_, Defaults::name);
+    check(w, g, state);
+    Preconditioner::reserve(workspace_, options_.precondition, w.rows(), w.cols());  // no-op unless another optimizer made state
+    apply(w, g.derived(), state, workspace_);
+  }
+
+  /// Steps many parameters at once: params[i] with grads[i] and states[i]. Everything is checked before
+  /// anything changes. Matrices of at most detail::kTile rows and columns run in parallel, one per thread
+  /// (with a workspace per thread); larger ones one after another, each using all threads. Results are
+  /// bitwise identical to stepping each parameter alone, for any number of threads.
+  void step(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
+            std::vector<State>& states) {
     constexpr const char* where = Defaults::name;
-
+    if (grads.size() != params.size() || states.size() != params.size())
+      detail::fail(where, "batched step got ", params.size(), " parameters, ", grads.size(), " gradients and ",
+                   states.size(), " states");
     validate(options_, where);
-    check_shapes(w.rows(), w.cols(), layout, g.rows(), g.cols(), state, where);
-    if (!g.allFinite()) detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
-                                     ") contains a non-finite value; W and state are unchanged");
-    if (w.size() == 0) {
-      ++state.steps;
-      return;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (grads[i].layout != params[i].layout && !detail::same_layout(grads[i].layout, params[i].layout,
+                                                                       params[i].rows, params[i].cols))
+        detail::fail(where, "parameter ", i, ": G is ", detail::layout_name(grads[i].layout), " but W is ",
+                     detail::layout_name(params[i].layout));
+      detail::with_map(params[i], [&](const auto& w) {
+        detail::with_map(grads[i], [&](const auto& g) { check(w, g, states[i]); });
+      });
     }
-
-    const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
-    const T lr = options_.lr, lambda = options_.weight_decay;
-    Preconditioner::reserve(workspace_, w.rows(), w.cols());  // no-op unless another optimizer made state
-    auto update = [&](const auto& d) {
-      Scaling::update(w, d, g, state.scaling, options_.scaling, lr, lambda);
+    const int threads = detail::available_threads();
+    for (std::size_t i = 0; i < params.size(); ++i) reserve_workspaces(params[i].rows, params[i].cols, threads);
+    auto one = [&](std::size_t i, Workspace& ws) {
+      detail::with_map(params[i], [&](auto& w) {
+        detail::with_map(MatrixView<const T>{grads[i].data, grads[i].rows, grads[i].cols, params[i].layout},
+                         [&](const auto& g) { apply(w, g, states[i], ws); });
+      });
     };
-    if constexpr (MomentumPolicy::has_buffer) {
-      Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), w.rows(), w.cols());
-      Preconditioner::template apply<T>(c.u_g * g + c.u_v * v, options_.precondition, workspace_, update);
-      v = c.v_v * v + c.v_g * g;
-    } else {
-      Preconditioner::template apply<T>(g, options_.precondition, workspace_, update);
-    }
-    ++state.steps;
+    detail::parallel_for(Index(params.size()), [&](Index i) {
+      if (!small(params[i].rows, params[i].cols)) return;
+      const int t = detail::thread_index();
+      one(std::size_t(i), t == 0 ? workspace_ : thread_workspaces_[std::size_t(t - 1)]);
+    });
+    for (std::size_t i = 0; i < params.size(); ++i)
+      if (!small(params[i].rows, params[i].cols)) one(i, workspace_);
   }
 
   /// The per-parameter learning rate the update actually uses: lr * s(m, n) for Static scaling, lr * r * s
@@ -146,8 +165,13 @@ class Optimizer {
     return Scaling::effective_lr(options_.scaling, s.scaling, options_.lr, s.rows, s.cols);
   }
 
-  /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest).
-  std::size_t workspace_bytes() const { return workspace_.bytes(); }
+  /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest), plus
+  /// the per-thread workspaces of the batched step (sized by the largest small parameter).
+  std::size_t workspace_bytes() const {
+    std::size_t b = workspace_.bytes();
+    for (const auto& ws : thread_workspaces_) b += ws.bytes();
+    return b;
+  }
 
   /// Sets one option from text, for run-time configuration (the facade). Keys: lr, momentum, nesterov,
   /// weight_decay, and the policies' own (option_keys()). Returns false for an unknown key.
@@ -169,6 +193,73 @@ class Optimizer {
   }
 
  private:
+  using Workspace = typename Preconditioner::template Workspace<T>;
+
+  static bool small(Index m, Index n) { return std::max(m, n) <= detail::kTile; }
+
+  /// Sizes the shared workspace for an m x n parameter, and for small ones a workspace per extra thread.
+  void reserve_workspaces(Index m, Index n, int threads) {
+    Preconditioner::reserve(workspace_, options_.precondition, m, n);
+    if (!small(m, n)) return;
+    if (thread_workspaces_.size() + 1 < std::size_t(threads)) thread_workspaces_.resize(std::size_t(threads - 1));
+    for (auto& ws : thread_workspaces_) Preconditioner::reserve(ws, options_.precondition, m, n);
+  }
+
+  /// Shapes, layout and finite values; throws before anything is written.
+  template <class WMat, class GMat>
+  static void check(const WMat& w, const GMat& g, const State& state) {
+    constexpr const char* where = Defaults::name;
+    check_shapes(w.rows(), w.cols(), detail::layout_of_v<WMat>, g.rows(), g.cols(), state, where);
+    if (!g.allFinite())
+      detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
+                   ") contains a non-finite value; W and state are unchanged");
+  }
+
+  /// The step itself, on checked arguments, with workspace ws.
+  template <class WMat, class GMat>
+  void apply(WMat& w, const GMat& g, State& state, Workspace& ws) {
+    using WPlain = detail::remove_cvref_t<WMat>;
+    constexpr Layout layout = detail::layout_of_v<WPlain>;
+    if (w.size() == 0) {
+      ++state.steps;
+      return;
+    }
+    const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
+    const T lr = options_.lr, lambda = options_.weight_decay;
+    if constexpr (fusable<WPlain, GMat>()) {
+      // One pass over memory for the whole step (normalization presets; fused_normalize.hpp).
+      if (detail::is_contiguous(w) && detail::is_contiguous(g)) {
+        const auto k = Scaling::coefficients(options_.scaling, lr, lambda, w.rows(), w.cols());
+        Preconditioner::template fused_step<layout>(w.data(), g.data(), state.momentum.data(), w.rows(), w.cols(),
+                                                    {c, T(options_.precondition.eps), k.keep, k.step});
+        ++state.steps;
+        return;
+      }
+    }
+    auto update = [&](const auto& d) { Scaling::update(w, d, g, state.scaling, options_.scaling, lr, lambda); };
+    if constexpr (MomentumPolicy::has_buffer) {
+      Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), w.rows(), w.cols());
+      Preconditioner::template apply<T>(c.u_g * g + c.u_v * v, options_.precondition, ws, update);
+      v = c.v_v * v + c.v_g * g;
+    } else {
+      Preconditioner::template apply<T>(g, options_.precondition, ws, update);
+    }
+    ++state.steps;
+  }
+
+  /// Whether the fused one-pass step applies to these argument types (the run-time part: contiguity).
+  template <class WPlain, class GMat>
+  static constexpr bool fusable() {
+    if constexpr (MomentumPolicy::has_buffer && detail::has_fused_step_v<Preconditioner> &&
+                  detail::has_fused_step_v<Scaling>) {
+      return bool(WPlain::Flags & Eigen::DirectAccessBit) && bool(GMat::Flags & Eigen::DirectAccessBit) &&
+             detail::layout_of_v<WPlain> == detail::layout_of_v<GMat> &&
+             std::is_same_v<typename GMat::Scalar, T> && std::is_same_v<typename WPlain::Scalar, T>;
+    } else {
+      return false;
+    }
+  }
+
   static void check_shapes(Index wr, Index wc, Layout wl, Index gr, Index gc, const State& s,
                            const char* where) {
     if (gr != wr || gc != wc)
@@ -182,7 +273,8 @@ class Optimizer {
   }
 
   Options options_;
-  typename Preconditioner::template Workspace<T> workspace_;
+  Workspace workspace_;
+  std::vector<Workspace> thread_workspaces_;  ///< batched step: workspaces of threads 1, 2, ...
 };
 
 }  // namespace matopt

@@ -34,6 +34,22 @@ inline bool same_layout(Layout a, Layout b, Index rows, Index cols) {
   return a == b || rows <= 1 || cols <= 1;
 }
 
+/// P::has_fused_step if P declares it, false otherwise (user policies need not know about fusion).
+template <class P, class = void>
+inline constexpr bool has_fused_step_v = false;
+template <class P>
+inline constexpr bool has_fused_step_v<P, std::void_t<decltype(P::has_fused_step)>> = P::has_fused_step;
+
+/// True when the Eigen matrix is stored contiguously (unit inner stride, no padding between lines).
+template <class M>
+bool is_contiguous(const M& m) {
+  if constexpr (bool(M::Flags & Eigen::DirectAccessBit)) {
+    return m.innerStride() == 1 && (m.outerStride() == m.innerSize() || m.outerSize() <= 1);
+  } else {
+    return false;
+  }
+}
+
 inline const char* layout_name(Layout l) { return l == Layout::RowMajor ? "row-major" : "column-major"; }
 
 }  // namespace matopt::detail

@@ -45,10 +45,20 @@ auto view(const Eigen::PlainObjectBase<Derived>& m) {
   return MatrixView<const typename Derived::Scalar>{m.data(), m.rows(), m.cols(),
                                                     detail::layout_of_v<Derived>};
 }
+/// View of a contiguous Eigen::Map: mutable for a Map of mutable data, const otherwise.
+template <class P, int Opt>
+auto view(Eigen::Map<P, Opt>& m) {
+  using S = std::remove_pointer_t<decltype(m.data())>;
+  return MatrixView<S>{m.data(), m.rows(), m.cols(), detail::layout_of_v<P>};
+}
 template <class P, int Opt>
 auto view(const Eigen::Map<P, Opt>& m) {
   using S = std::remove_pointer_t<decltype(m.data())>;
-  return MatrixView<S>{m.data(), m.rows(), m.cols(), detail::layout_of_v<P>};
+  return MatrixView<const S>{m.data(), m.rows(), m.cols(), detail::layout_of_v<P>};
+}
+template <class P, int Opt>
+auto view(Eigen::Map<P, Opt>&& m) {
+  return view(m);
 }
 
 namespace detail {

@@ -153,6 +153,9 @@ class HybridOptimizer {
     if (g.rows != p.view.rows || g.cols != p.view.cols)
       detail::fail(where, "gradient of '", p.name, "' is ", detail::shape_string(g.rows, g.cols),
                    " but the parameter is ", detail::shape_string(p.view.rows, p.view.cols));
+    if (!detail::same_layout(g.layout, p.view.layout, g.rows, g.cols))
+      detail::fail(where, "gradient of '", p.name, "' is ", detail::layout_name(g.layout), " but the parameter is ",
+                   detail::layout_name(p.view.layout));
     detail::with_map(g, [&](const auto& gm) {
       if (!gm.allFinite())
         detail::fail(where, "gradient of '", p.name, "' (", detail::shape_string(g.rows, g.cols),

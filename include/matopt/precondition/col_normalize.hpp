@@ -19,7 +19,7 @@ struct ColNormalize {
 
   static constexpr const char* name() { return "ColNormalize"; }
   template <class T>
-  static void reserve(Workspace<T>& ws, Index, Index n) {
+  static void reserve(Workspace<T>& ws, const Options&, Index, Index n) {
     ws.scale.reserve(n);
   }
   static void validate(const Options& o, std::string_view where) { detail::validate_normalize(o, where); }
@@ -34,6 +34,16 @@ struct ColNormalize {
     scale.noalias() = u.colwise().norm().transpose();
     scale = scale.cwiseMax(T(o.eps)).cwiseInverse();
     sink(u * scale.asDiagonal());
+  }
+
+  /// The whole step in one pass (Static scaling, contiguous W, G, V of layout L): see fused_normalize.hpp.
+  static constexpr bool has_fused_step = true;
+  template <Layout L, class T>
+  static void fused_step(T* w, const T* g, T* v, Index m, Index n, const detail::FusedStep<T>& f) {
+    if constexpr (L == Layout::ColMajor)
+      detail::fused_normalize_along(w, g, v, n, m, f);
+    else
+      detail::fused_normalize_across(w, g, v, m, n, f);
   }
 };
 

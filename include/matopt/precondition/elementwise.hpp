@@ -18,7 +18,7 @@ struct StatelessPreconditioner {
     std::size_t bytes() const { return 0; }
   };
   template <class T>
-  static void reserve(Workspace<T>&, Index, Index) {}
+  static void reserve(Workspace<T>&, const Options&, Index, Index) {}
   static void validate(const Options&, std::string_view) {}
   static bool set_option(Options&, std::string_view, std::string_view) { return false; }
   static constexpr const char* option_keys() { return ""; }

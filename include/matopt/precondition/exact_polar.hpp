@@ -22,15 +22,16 @@ struct ExactPolar {
   template <class T>
   struct Workspace {
     detail::Buffer<T> x, y;
-    void reserve(Index r, Index s) {
-      x.reserve(r * s);
-      y.reserve(r * s);
-    }
     std::size_t bytes() const { return x.bytes() + y.bytes(); }
     Eigen::Map<typename detail::Buffer<T>::Matrix> input(Index r, Index s) { return x.matrix(r, s); }
   };
 
   static void validate(const Options&, std::string_view) {}
+  template <class T>
+  static void reserve(Workspace<T>& ws, const Options&, Index r, Index s) {
+    ws.x.reserve(r * s);
+    ws.y.reserve(r * s);
+  }
   static bool set_option(Options&, std::string_view, std::string_view) { return false; }
   static constexpr const char* option_keys() { return ""; }
 

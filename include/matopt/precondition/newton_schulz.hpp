@@ -3,69 +3,173 @@
 // Input X is r x s with r <= s (Orthogonalize transposes tall matrices). X <- X / (safety ||X||_F + eps),
 // then per step A = X X^T, B = b A + c A^2, X <- a X + B X: every singular value goes through
 // p(s) = a s + b s^3 + c s^5.
+//
+// Two algorithms give the same result (performance.md cost model, naive 4r^2 s + 2r^3 per step):
+//  - plain, with symmetry: A = X X^T as one triangle (SYRK, r^2 s); B = b A + c A A^T as one triangle
+//    (SYRK with beta = b, r^3); a folded onto B's diagonal; X <- (a I + B) X as one GEMM (2 r^2 s).
+//    3 r^2 s + r^3 per step.
+//  - Gram (Dao-AILab): iterate on R = X X^T: M = a I + b R + c R^2, Q <- Q M, R <- M R M; restart
+//    (X <- Q X, R <- X X^T, Q <- I) after the listed steps; output Q X. About 6 r^2 s + 31 r^3 for five
+//    steps with one restart: cheaper when s >> r.
+// NsVariant::Auto uses Gram when s >= gram_aspect * r (default 4), plain otherwise.
 
+#include <algorithm>
 #include <string_view>
 #include <utility>
+#include <vector>
 
+#include "matopt/core/engine.hpp"
 #include "matopt/core/errors.hpp"
+#include "matopt/core/parse.hpp"
 #include "matopt/core/workspace.hpp"
 #include "matopt/precondition/schedule.hpp"
 
 namespace matopt {
 
+/// Which Newton–Schulz algorithm runs.
+enum class NsVariant { Auto, Plain, Gram };
+
 /// Newton–Schulz with the schedule `Schedule` by default (a tag of matopt::schedules); the schedule is a
 /// run-time value in Options, so a generated one (polar_express::optimal_composition) plugs in too.
-template <class Schedule = schedules::Jordan>
+template <class Schedule = schedules::Jordan, NsVariant DefaultVariant = NsVariant::Auto>
 struct NewtonSchulz {
   static constexpr const char* name() { return "NewtonSchulz"; }
 
   struct Options {
     NsSchedule schedule = Schedule::schedule();
+    NsVariant variant = DefaultVariant;
+    double gram_aspect = 4.0;        ///< Auto: Gram when s >= gram_aspect * r
+    std::vector<int> restarts = {2};  ///< Gram: restart after these step counts (Dao-AILab: after step 2)
   };
 
   template <class T>
   struct Workspace {
-    detail::Buffer<T> x, y, a, b;
-    void reserve(Index r, Index s) {
-      x.reserve(r * s);
-      y.reserve(r * s);
-      a.reserve(r * r);
-      b.reserve(r * r);
-    }
-    std::size_t bytes() const { return x.bytes() + y.bytes() + a.bytes() + b.bytes(); }
+    detail::Buffer<T> x, y, a, b, q, t;  // q, t: Gram only
+    std::size_t bytes() const { return x.bytes() + y.bytes() + a.bytes() + b.bytes() + q.bytes() + t.bytes(); }
     /// Where the caller writes the r x s input.
-    Eigen::Map<typename detail::Buffer<T>::Matrix> input(Index r, Index s) { return x.matrix(r, s); }
+    detail::ColMap<T> input(Index r, Index s) { return x.matrix(r, s); }
   };
 
-  static void validate(const Options& o, std::string_view where) { o.schedule.validate(where); }
+  static void validate(const Options& o, std::string_view where) {
+    o.schedule.validate(where);
+    if (!(o.gram_aspect >= 1)) detail::fail(where, "gram_aspect must be >= 1 (got ", o.gram_aspect, ")");
+    for (int k : o.restarts)
+      if (k < 1) detail::fail(where, "Gram NS restart steps must be >= 1 (got ", k, ")");
+  }
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "ns_variant") {
+      if (value == "auto") o.variant = NsVariant::Auto;
+      else if (value == "plain") o.variant = NsVariant::Plain;
+      else if (value == "gram") o.variant = NsVariant::Gram;
+      else detail::fail("matopt options", "option 'ns_variant': '", value, "' is not one of auto, plain, gram");
+      return true;
+    }
+    if (key == "gram_aspect") {
+      o.gram_aspect = detail::parse_double(key, value);
+      return true;
+    }
     return detail::set_schedule_option(o.schedule, key, value);
   }
-  static constexpr const char* option_keys() { return detail::schedule_option_keys; }
+  static constexpr const char* option_keys() {
+    return "ns_schedule, ns_steps, ns_safety, ns_eps, ns_variant, gram_aspect";
+  }
+
+  /// Sizes the workspace for r x s inputs (r <= s) under these options.
+  template <class T>
+  static void reserve(Workspace<T>& ws, const Options& o, Index r, Index s) {
+    ws.x.reserve(r * s);
+    ws.y.reserve(r * s);
+    ws.a.reserve(r * r);
+    ws.b.reserve(r * r);
+    if (uses_gram(o, r, s)) {
+      ws.q.reserve(r * r);
+      ws.t.reserve(r * r);
+    }
+  }
+
+  static bool uses_gram(const Options& o, Index r, Index s) {
+    return o.variant == NsVariant::Gram || (o.variant == NsVariant::Auto && double(s) >= o.gram_aspect * double(r));
+  }
 
   /// Orthogonalizes the r x s input held in ws.input(r, s) and returns a view of the result (which lives
   /// in the workspace).
   template <class T>
-  static Eigen::Map<typename detail::Buffer<T>::Matrix> run(Index r, Index s, const Options& o,
-                                                           Workspace<T>& ws) {
-    using Map = Eigen::Map<typename detail::Buffer<T>::Matrix>;
-    const NsSchedule& sch = o.schedule;
-    Map x = ws.x.matrix(r, s), y = ws.y.matrix(r, s);
-    Map a = ws.a.matrix(r, r), b = ws.b.matrix(r, r);
-    x *= T(1) / (T(sch.safety) * x.norm() + T(sch.eps));
-    Map* cur = &x;
-    Map* next = &y;
+  static detail::ColMap<T> run(Index r, Index s, const Options& o, Workspace<T>& ws) {
+    detail::ColMap<T> x = ws.x.matrix(r, s);
+    x *= T(1) / (T(o.schedule.safety) * x.norm() + T(o.schedule.eps));
+    if (r == 0 || s == 0) return x;
+    if (uses_gram(o, r, s)) return run_gram(r, s, o, ws);
+    return run_plain(r, s, o.schedule, ws);
+  }
+
+ private:
+  /// B <- a I + b A + c A^2 for a full symmetric A (lower triangle computed, then mirrored).
+  template <class T>
+  static void polynomial(const NsCoefficients& k, const detail::ColMap<T>& a, detail::ColMap<T>& b) {
+    b.template triangularView<Eigen::Lower>() = a;
+    detail::syrk_lower(T(k.c), a, T(k.b), b);
+    b.diagonal().array() += T(k.a);
+    detail::mirror_lower(b);
+  }
+
+  template <class T>
+  static detail::ColMap<T> run_plain(Index r, Index s, const NsSchedule& sch, Workspace<T>& ws) {
+    detail::ColMap<T> x = ws.x.matrix(r, s), y = ws.y.matrix(r, s);
+    detail::ColMap<T> a = ws.a.matrix(r, r), b = ws.b.matrix(r, r);
+    detail::ColMap<T>* cur = &x;
+    detail::ColMap<T>* next = &y;
     for (int k = 0; k < sch.steps; ++k) {
-      const NsCoefficients& c = sch.at(k);
-      a.noalias() = (*cur) * cur->transpose();
-      b.noalias() = T(c.c) * (a * a);
-      b += T(c.b) * a;
-      next->noalias() = b * (*cur);
-      *next += T(c.a) * (*cur);
+      detail::syrk_lower(T(1), *cur, T(0), a);  // A = X X^T
+      detail::mirror_lower(a);
+      polynomial(sch.at(k), a, b);              // B = a I + b A + c A^2
+      detail::gemm(T(1), b, *cur, T(0), *next);  // X <- B X
       std::swap(cur, next);
     }
     return *cur;
   }
+
+  template <class T>
+  static detail::ColMap<T> run_gram(Index r, Index s, const Options& o, Workspace<T>& ws) {
+    const NsSchedule& sch = o.schedule;
+    detail::ColMap<T> x = ws.x.matrix(r, s), y = ws.y.matrix(r, s);
+    detail::ColMap<T> gram = ws.a.matrix(r, r), m = ws.b.matrix(r, r);
+    detail::ColMap<T> q = ws.q.matrix(r, r), t = ws.t.matrix(r, r);
+    detail::ColMap<T>* cur = &x;
+    detail::ColMap<T>* next = &y;
+    detail::ColMap<T>* qp = &q;
+    detail::ColMap<T>* tp = &t;
+    detail::syrk_lower(T(1), *cur, T(0), gram);  // R = X X^T
+    detail::mirror_lower(gram);
+    bool q_identity = true;
+    for (int k = 0; k < sch.steps; ++k) {
+      polynomial(sch.at(k), gram, m);  // M = a I + b R + c R^2
+      if (q_identity) {
+        *qp = m;
+        q_identity = false;
+      } else {
+        detail::gemm(T(1), *qp, m, T(0), *tp);  // Q <- Q M
+        std::swap(qp, tp);
+      }
+      const bool last = k + 1 == sch.steps;
+      if (last) break;
+      if (std::find(o.restarts.begin(), o.restarts.end(), k + 1) != o.restarts.end()) {
+        detail::gemm(T(1), *qp, *cur, T(0), *next);  // X <- Q X, R <- X X^T, Q <- I
+        std::swap(cur, next);
+        detail::syrk_lower(T(1), *cur, T(0), gram);
+        detail::mirror_lower(gram);
+        q_identity = true;
+      } else {
+        detail::gemm(T(1), m, gram, T(0), *tp);  // R <- M R M
+        detail::gemm(T(1), *tp, m, T(0), gram);
+      }
+    }
+    detail::gemm(T(1), *qp, *cur, T(0), *next);  // output Q X
+    return *next;
+  }
 };
+
+/// Gram Newton–Schulz (Dao-AILab) always, whatever the shape.
+template <class Schedule = schedules::Jordan>
+using GramNewtonSchulz = NewtonSchulz<Schedule, NsVariant::Gram>;
 
 }  // namespace matopt

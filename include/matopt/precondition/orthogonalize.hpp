@@ -18,10 +18,10 @@ struct Orthogonalize {
 
   static constexpr const char* name() { return "Orthogonalize"; }
 
-  /// Sizes `ws` for an m x n parameter.
+  /// Sizes `ws` for an m x n parameter (grows only; run() then allocates nothing).
   template <class T>
-  static void reserve(Workspace<T>& ws, Index m, Index n) {
-    ws.reserve(m < n ? m : n, m < n ? n : m);
+  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
+    Method::reserve(ws, o, m < n ? m : n, m < n ? n : m);
   }
 
   static void validate(const Options& o, std::string_view where) { Method::validate(o, where); }

@@ -9,6 +9,7 @@
 #include "matopt/core/errors.hpp"
 #include "matopt/core/parse.hpp"
 #include "matopt/core/workspace.hpp"
+#include "matopt/precondition/fused_normalize.hpp"
 
 namespace matopt {
 
@@ -37,7 +38,7 @@ struct RowNormalize {
 
   static constexpr const char* name() { return "RowNormalize"; }
   template <class T>
-  static void reserve(Workspace<T>& ws, Index m, Index) {
+  static void reserve(Workspace<T>& ws, const Options&, Index m, Index) {
     ws.scale.reserve(m);
   }
   static void validate(const Options& o, std::string_view where) { detail::validate_normalize(o, where); }
@@ -52,6 +53,16 @@ struct RowNormalize {
     scale.noalias() = u.rowwise().norm();
     scale = scale.cwiseMax(T(o.eps)).cwiseInverse();
     sink(scale.asDiagonal() * u);
+  }
+
+  /// The whole step in one pass (Static scaling, contiguous W, G, V of layout L): see fused_normalize.hpp.
+  static constexpr bool has_fused_step = true;
+  template <Layout L, class T>
+  static void fused_step(T* w, const T* g, T* v, Index m, Index n, const detail::FusedStep<T>& f) {
+    if constexpr (L == Layout::RowMajor)
+      detail::fused_normalize_along(w, g, v, m, n, f);
+    else
+      detail::fused_normalize_across(w, g, v, n, m, f);
   }
 };
 

@@ -55,7 +55,7 @@ struct ScionColumn {
   double operator()(Index m, Index) const { return std::sqrt(static_cast<double>(m)); }
 };
 
-/// Any user rule s(m, n), set at run time: `Static<shape::Function>` with `options.scaling.rule = f`.
+/// Any user rule s(m, n), set at run time: `Static<shape::Function>` with `options.scaling.rule.rule = f`.
 /// (A user struct with `double operator()(Index m, Index n) const` works the same way, without the
 /// indirect call.)
 struct Function {

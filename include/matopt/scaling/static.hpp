@@ -39,18 +39,31 @@ struct Static {
     return lr * T(factor(o, m, n));
   }
 
+  /// The update is W <- keep W - step D: a fused kernel may apply it (see Optimizer::step).
+  static constexpr bool has_fused_step = true;
+  template <class T>
+  struct Coefficients {
+    T keep;  ///< 1 - lr lambda
+    T step;  ///< lr s(m, n)
+  };
+  template <class T>
+  static Coefficients<T> coefficients(const Options& o, T lr, T lambda, Index m, Index n) {
+    const double s = factor(o, m, n);
+    const T step = lr * T(s);
+    if (!std::isfinite(static_cast<double>(step)))
+      detail::fail("matopt::Static", "scale lr * s(m, n) is not finite for a ", m, "x", n, " parameter (s = ", s,
+                   ")");
+    return {T(1) - lr * lambda, step};
+  }
+
   /// W <- W (1 - lr lambda) - lr s D. `g` (the raw gradient) is unused here.
   template <class T, class WMat, class DExpr, class GMat>
   static void update(WMat& w, const DExpr& d, const GMat&, State<T>&, const Options& o, T lr, T lambda) {
-    const T s = T(factor(o, w.rows(), w.cols()));
-    const T step = lr * s;
-    if (!std::isfinite(static_cast<double>(step)))
-      detail::fail("matopt::Static", "scale lr * s(m, n) is not finite for a ", w.rows(), "x", w.cols(),
-                   " parameter (s = ", s, ")");
+    const Coefficients<T> k = coefficients(o, lr, lambda, w.rows(), w.cols());
     if (lambda != T(0))
-      w = T(1 - lr * lambda) * w - step * d;
+      w = k.keep * w - k.step * d;
     else
-      w -= step * d;
+      w -= k.step * d;
   }
 };
 

@@ -1,0 +1,137 @@
+// Zero heap allocation inside step after make_state (performance.md target 5), for every preset, both
+// storage orders, the batched step, the facade and the hybrid container. Counts every malloc of the
+// process (Eigen's aligned allocations, operator new, a BLAS engine's) while steps run. Small shapes:
+// above ~128 KiB Eigen's own GEMM packs into heap buffers (the BLAS engine does not).
+// A separate executable: it replaces malloc/free.
+#include <atomic>
+#include <cstdlib>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <matopt/matopt.hpp>
+
+extern "C" {
+void* __libc_malloc(std::size_t);
+void* __libc_calloc(std::size_t, std::size_t);
+void* __libc_realloc(void*, std::size_t);
+void* __libc_memalign(std::size_t, std::size_t);
+void __libc_free(void*);
+}
+
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+void count() {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
+extern "C" {
+void* malloc(std::size_t n) {
+  count();
+  return __libc_malloc(n);
+}
+void* calloc(std::size_t n, std::size_t s) {
+  count();
+  return __libc_calloc(n, s);
+}
+void* realloc(void* p, std::size_t n) {
+  count();
+  return __libc_realloc(p, n);
+}
+int posix_memalign(void** p, std::size_t a, std::size_t n) {
+  count();
+  *p = __libc_memalign(a, n);
+  return *p ? 0 : 12;
+}
+void* aligned_alloc(std::size_t a, std::size_t n) {
+  count();
+  return __libc_memalign(a, n);
+}
+void free(void* p) { __libc_free(p); }
+}
+
+namespace {
+/// Allocations made by f().
+template <class F>
+long allocations_in(F&& f) {
+  allocations = 0;
+  counting = true;
+  f();
+  counting = false;
+  return allocations.load();
+}
+
+template <class Opt, class Mat>
+void check_no_allocation(Opt opt, Eigen::Index m, Eigen::Index n) {
+  Mat w = Mat::Random(m, n), g = Mat::Random(m, n);
+  auto state = opt.make_state(w);
+  opt.step(w, g, state);  // warm-up: a thread pool may be created by the first parallel region
+  CHECK(allocations_in([&] {
+          for (int k = 0; k < 3; ++k) opt.step(w, g, state);
+        }) == 0);
+}
+
+template <class Opt>
+void check_preset() {
+  using T = typename Opt::Scalar;
+  for (auto [m, n] : {std::pair<Eigen::Index, Eigen::Index>{24, 56}, {56, 24}, {40, 40}, {8, 64}, {1, 33}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    check_no_allocation<Opt, matopt::RowMatrix<T>>(Opt{}, m, n);
+    check_no_allocation<Opt, matopt::ColMatrix<T>>(Opt{}, m, n);
+  }
+}
+}  // namespace
+
+TEST_CASE("the counter sees allocations") {
+  CHECK(allocations_in([] {
+          std::vector<int> v(100);
+          Eigen::MatrixXf m(50, 50);
+          (void)v;
+          (void)m;
+        }) >= 2);
+}
+
+TEST_CASE_TEMPLATE("step allocates nothing after make_state", T, float, double) {
+  check_preset<matopt::Muon<T>>();
+  check_preset<matopt::MoonlightMuon<T>>();
+  check_preset<matopt::RMNP<T>>();
+  check_preset<matopt::ColNorm<T>>();
+  check_preset<matopt::OrScale<T>>();
+  check_preset<matopt::AdamW<T>>();
+  using Gram = matopt::Optimizer<T, matopt::Orthogonalize<matopt::GramNewtonSchulz<>>, matopt::Momentum<matopt::Sum>,
+                                 matopt::Static<>>;
+  check_preset<Gram>();
+}
+
+TEST_CASE("batched step, facade and hybrid allocate nothing after set-up") {
+  using Mat = matopt::RowMatrix<float>;
+  std::vector<Mat> w(6, Mat::Random(32, 48)), g(6, Mat::Random(32, 48));
+  matopt::Muon<float> muon;
+  std::vector<matopt::Muon<float>::State> states;
+  std::vector<matopt::MatrixView<float>> wv;
+  std::vector<matopt::MatrixView<const float>> gv;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    states.push_back(muon.make_state(w[i]));
+    wv.push_back(matopt::view(w[i]));
+    gv.push_back(matopt::view(std::as_const(g[i])));
+  }
+  muon.step(wv, gv, states);
+  CHECK(allocations_in([&] { muon.step(wv, gv, states); }) == 0);
+
+  auto any = matopt::make_optimizer<float>("rmnp");
+  auto s = any.make_state(matopt::view(w[0]));
+  any.step(matopt::view(w[0]), matopt::view(std::as_const(g[0])), s);
+  CHECK(allocations_in([&] { any.step(matopt::view(w[0]), matopt::view(std::as_const(g[0])), s); }) == 0);
+
+  matopt::HybridOptimizer<float> hybrid(matopt::make_optimizer<float>("muon"));
+  Eigen::VectorXf b = Eigen::VectorXf::Zero(32), gb = Eigen::VectorXf::Ones(32);
+  hybrid.add("w", matopt::view(w[1]));
+  hybrid.add("b", matopt::view(b));
+  const std::vector<matopt::MatrixView<const float>> grads{matopt::view(std::as_const(g[1])),
+                                                           matopt::view(std::as_const(gb))};
+  hybrid.step(grads);
+  CHECK(allocations_in([&] { hybrid.step(grads); }) == 0);
+}
