@@ -84,7 +84,7 @@ class AdamW {
     if (!detail::same_layout(state.layout, layout, w.rows(), w.cols()))
       detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
                    detail::layout_name(layout));
-    if (!g.allFinite())
+    if (!detail::all_finite(g))
       detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
                    ") contains a non-finite value; W and state are unchanged");
 

@@ -210,7 +210,7 @@ class Optimizer {
   static void check(const WMat& w, const GMat& g, const State& state) {
     constexpr const char* where = Defaults::name;
     check_shapes(w.rows(), w.cols(), detail::layout_of_v<WMat>, g.rows(), g.cols(), state, where);
-    if (!g.allFinite())
+    if (!detail::all_finite(g))
       detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
                    ") contains a non-finite value; W and state are unchanged");
   }

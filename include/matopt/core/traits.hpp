@@ -1,11 +1,14 @@
 #pragma once
 // Compile-time facts about Eigen matrix arguments.
 
+#include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
+#include "matopt/core/parallel.hpp"
 
 namespace matopt::detail {
 
@@ -48,6 +51,31 @@ bool is_contiguous(const M& m) {
   } else {
     return false;
   }
+}
+
+/// Whether every entry is finite, in one vectorized pass: x - x is 0 for finite x and NaN for NaN or
+/// +-inf, so the sum is 0 exactly when all entries are finite. (Eigen's allFinite() does not vectorize and
+/// was 10x slower than a whole RMNP step; matopt must not be compiled with -ffinite-math-only.)
+/// Contiguous inputs are checked in fixed blocks, in parallel.
+template <class M>
+bool all_finite(const Eigen::MatrixBase<M>& m) {
+  using T = typename M::Scalar;
+  if (m.size() == 0) return true;
+  if constexpr (bool(M::Flags & Eigen::DirectAccessBit)) {
+    if (is_contiguous(m.derived())) {
+      constexpr Index block = Index(1) << 16;
+      const T* data = m.derived().data();
+      const Index n = m.size();
+      std::atomic<bool> finite{true};
+      parallel_for((n + block - 1) / block, [&](Index b) {
+        const Index len = std::min(block, n - b * block);
+        const Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>> x(data + b * block, len);
+        if ((x - x).sum() != T(0)) finite.store(false, std::memory_order_relaxed);
+      });
+      return finite.load();
+    }
+  }
+  return (m.array() - m.array()).sum() == T(0);
 }
 
 inline const char* layout_name(Layout l) { return l == Layout::RowMajor ? "row-major" : "column-major"; }

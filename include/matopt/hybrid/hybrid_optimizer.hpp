@@ -157,7 +157,7 @@ class HybridOptimizer {
       detail::fail(where, "gradient of '", p.name, "' is ", detail::layout_name(g.layout), " but the parameter is ",
                    detail::layout_name(p.view.layout));
     detail::with_map(g, [&](const auto& gm) {
-      if (!gm.allFinite())
+      if (!detail::all_finite(gm))
         detail::fail(where, "gradient of '", p.name, "' (", detail::shape_string(g.rows, g.cols),
                      ") contains a non-finite value; nothing was changed");
     });
