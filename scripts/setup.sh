@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Installs what matopt's build, tests, examples and benchmarks need, from Debian's packages.
 # Idempotent: runs apt-get only when something is missing. Needs root (or sudo).
-#   ./scripts/setup.sh          build, tests (both GEMM engines), examples, benchmarks
+#   ./scripts/setup.sh          build, tests (both GEMM engines, sanitizers, fuzzing), examples (Fashion-MNIST
+#                               data, gnuplot, libtorch), benchmarks
 #   ./scripts/setup.sh bench    also PyTorch, for bench/compare.py and scripts/make_golden.py
 set -euo pipefail
 
-packages=(cmake make g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev)
+packages=(cmake make g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev
+          zlib1g-dev dataset-fashion-mnist gnuplot-nox libtorch-dev clang libclang-rt-14-dev)
 for group in "$@"; do
   case "$group" in
     bench) packages+=(python3-torch) ;;
