@@ -14,6 +14,7 @@
 
 #include "matopt/core/errors.hpp"
 #include "matopt/core/parse.hpp"
+#include "matopt/core/step_policy.hpp"
 #include "matopt/core/traits.hpp"
 
 namespace matopt {
@@ -32,15 +33,30 @@ class AdamW {
     T beta2 = T(0.95);
     T eps = T(1e-8);
     T weight_decay = T(0);
+    NonFinite non_finite = NonFinite::Throw;  ///< what a gradient with an inf or NaN does
   };
 
   struct State {
     Index rows = 0;
     Index cols = 0;
     Layout layout = Layout::ColMajor;
-    std::int64_t steps = 0;
+    std::int64_t steps = 0;    ///< steps taken (the bias corrections' t)
+    std::int64_t skipped = 0;  ///< steps skipped for a non-finite gradient (NonFinite::Skip)
+    std::int64_t zeroed = 0;   ///< steps taken with non-finite entries of G zeroed (NonFinite::Zero)
     Eigen::Matrix<T, Eigen::Dynamic, 1> m, v;  ///< first and second moments, in W's storage order
     std::size_t bytes() const { return static_cast<std::size_t>(m.size() + v.size()) * sizeof(T); }
+    /// Every field, for checkpoints: f(name, field).
+    template <class F>
+    void fields(F&& f) {
+      f("rows", rows);
+      f("cols", cols);
+      f("layout", layout);
+      f("steps", steps);
+      f("skipped", skipped);
+      f("zeroed", zeroed);
+      f("m", m);
+      f("v", v);
+    }
   };
 
   AdamW() : AdamW(Options{}) {}
@@ -84,10 +100,40 @@ class AdamW {
     if (!detail::same_layout(state.layout, layout, w.rows(), w.cols()))
       detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
                    detail::layout_name(layout));
-    if (!detail::all_finite(g))
-      detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
-                   ") contains a non-finite value; W and state are unchanged");
+    if (detail::all_finite(g)) return update(w, g.derived(), state);
+    switch (options_.non_finite) {
+      case NonFinite::Skip: ++state.skipped; return;
+      case NonFinite::Zero:
+        update(w, g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); }), state);
+        ++state.zeroed;
+        return;
+      default:
+        detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
+                     ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+    }
+  }
 
+  /// AdamW's per-parameter lr is `lr` (its per-element adaptivity aside).
+  T effective_lr(const State&) const { return options_.lr; }
+  std::size_t workspace_bytes() const { return 0; }
+
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "lr") o.lr = T(detail::parse_double(key, value));
+    else if (key == "beta1") o.beta1 = T(detail::parse_double(key, value));
+    else if (key == "beta2") o.beta2 = T(detail::parse_double(key, value));
+    else if (key == "eps") o.eps = T(detail::parse_double(key, value));
+    else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
+    else if (key == "non_finite") o.non_finite = detail::parse_non_finite(key, value);
+    else return false;
+    return true;
+  }
+  static std::string option_keys() { return "lr, beta1, beta2, eps, weight_decay, non_finite"; }
+
+ private:
+  /// The update on checked arguments; `g` may be an expression (NonFinite::Zero).
+  template <class WMat, class GExpr>
+  void update(WMat& w, const GExpr& g, State& state) const {
+    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
     const std::int64_t t = ++state.steps;
     using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
     Map m(state.m.data(), w.rows(), w.cols()), v(state.v.data(), w.rows(), w.cols());
@@ -102,22 +148,6 @@ class AdamW {
     w.array() -= step_size * m.array() / (v.array().sqrt() * inv_sqrt_bc2 + o.eps);
   }
 
-  /// AdamW's per-parameter lr is `lr` (its per-element adaptivity aside).
-  T effective_lr(const State&) const { return options_.lr; }
-  std::size_t workspace_bytes() const { return 0; }
-
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key == "lr") o.lr = T(detail::parse_double(key, value));
-    else if (key == "beta1") o.beta1 = T(detail::parse_double(key, value));
-    else if (key == "beta2") o.beta2 = T(detail::parse_double(key, value));
-    else if (key == "eps") o.eps = T(detail::parse_double(key, value));
-    else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
-    else return false;
-    return true;
-  }
-  static std::string option_keys() { return "lr, beta1, beta2, eps, weight_decay"; }
-
- private:
   Options options_;
 };
 

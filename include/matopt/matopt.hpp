@@ -7,10 +7,12 @@
 
 #include "matopt/core/errors.hpp"
 #include "matopt/core/optimizer.hpp"
+#include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
 
 #include "matopt/momentum/momentum.hpp"
 
+#include "matopt/precondition/adaptive.hpp"
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/elementwise.hpp"
 #include "matopt/precondition/exact_polar.hpp"
@@ -21,6 +23,7 @@
 #include "matopt/precondition/schedule.hpp"
 
 #include "matopt/scaling/shape.hpp"
+#include "matopt/scaling/spectral_cap.hpp"
 #include "matopt/scaling/static.hpp"
 #include "matopt/scaling/trust_ratio.hpp"
 

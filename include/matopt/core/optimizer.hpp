@@ -9,8 +9,10 @@
 //   W      = Scaling(W, D, G)              (spec §3-4; e.g. W (1 - lr lambda) - lr s(m,n) D)
 //   V      = v_v V + v_g G
 // Nothing is written before every check has passed; W and the state are left unchanged on a throw.
+// A gradient with an inf or NaN is handled by Options::non_finite (throw, skip or zero; step_policy.hpp).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -24,8 +26,10 @@
 #include "matopt/core/errors.hpp"
 #include "matopt/core/parallel.hpp"
 #include "matopt/core/parse.hpp"
+#include "matopt/core/step_policy.hpp"
 #include "matopt/core/traits.hpp"
 #include "matopt/core/view.hpp"
+#include "matopt/core/workspace.hpp"
 
 namespace matopt {
 
@@ -60,22 +64,38 @@ class Optimizer {
     T weight_decay = T(Defaults::weight_decay);
     typename Preconditioner::Options precondition{};
     typename Scaling::Options scaling{};
+    NonFinite non_finite = NonFinite::Throw;  ///< what a gradient with an inf or NaN does
   };
 
-  /// Per-parameter state: the momentum buffer (in W's storage order) and the scaling's state.
+  /// Per-parameter state: the momentum buffer (in W's storage order) and the policies' own state.
   struct State {
     Index rows = 0;
     Index cols = 0;
     Layout layout = Layout::ColMajor;
-    std::int64_t steps = 0;
+    std::int64_t steps = 0;    ///< steps taken (skipped ones not counted)
+    std::int64_t skipped = 0;  ///< steps skipped for a non-finite gradient (NonFinite::Skip)
+    std::int64_t zeroed = 0;   ///< steps taken with non-finite entries of G zeroed (NonFinite::Zero)
     Eigen::Matrix<T, Eigen::Dynamic, 1> momentum;
+    detail::policy_state_t<Preconditioner, T> precondition{};
     typename Scaling::template State<T> scaling{};
 
-    /// Bytes held by this state (the momentum buffer and the scaling scalars).
+    /// Bytes held by this state (the momentum buffer and the policies' state).
     std::size_t bytes() const {
-      using ScalingState = typename Scaling::template State<T>;
-      return static_cast<std::size_t>(momentum.size()) * sizeof(T) +
-             (std::is_empty_v<ScalingState> ? 0 : sizeof(ScalingState));
+      return static_cast<std::size_t>(momentum.size()) * sizeof(T) + detail::state_bytes(precondition) +
+             detail::state_bytes(scaling);
+    }
+    /// Every field, for checkpoints (serialization/checkpoint.hpp): f(name, field).
+    template <class F>
+    void fields(F&& f) {
+      f("rows", rows);
+      f("cols", cols);
+      f("layout", layout);
+      f("steps", steps);
+      f("skipped", skipped);
+      f("zeroed", zeroed);
+      f("momentum", momentum);
+      f("precondition", precondition);
+      f("scaling", scaling);
     }
   };
 
@@ -106,26 +126,30 @@ class Optimizer {
     s.cols = w.cols();
     s.layout = detail::layout_of_v<WMat>;
     if constexpr (MomentumPolicy::has_buffer) s.momentum.setZero(w.size());
+    detail::init_policy_state<Preconditioner>(s.precondition, w.rows(), w.cols());
+    detail::init_policy_state<Scaling>(s.scaling, w.rows(), w.cols());
     reserve_workspaces(w.rows(), w.cols(), detail::available_threads());
+    pending_.reserve(++states_made_);  // the batched step's per-parameter actions
     return s;
   }
 
   /// One step, in place. Throws std::invalid_argument (leaving W and state unchanged) on bad
-  /// hyperparameters, a shape or layout mismatch, or a non-finite gradient.
+  /// hyperparameters, a shape or layout mismatch, or (under NonFinite::Throw) a non-finite gradient.
   template <class WMat, class GMat>
   void step(WMat&& w, const Eigen::MatrixBase<GMat>& g, State& state) {
     static_assert(detail::is_eigen_matrix_v<WMat>,
                   "matopt::Optimizer::step: W must be an Eigen matrix (Matrix, Map, Ref, Block)");
     validate(options_, Defaults::name);
-    check(w, g, state);
+    const detail::GradAction action = check(w, g, state);
     Preconditioner::reserve(workspace_, options_.precondition, w.rows(), w.cols());  // no-op unless another optimizer made state
-    apply(w, g.derived(), state, workspace_);
+    run(w, g.derived(), action, state, workspace_);
   }
 
   /// Steps many parameters at once: params[i] with grads[i] and states[i]. Everything is checked before
   /// anything changes. Matrices of at most detail::kTile rows and columns run in parallel, one per thread
   /// (with a workspace per thread); larger ones one after another, each using all threads. Results are
-  /// bitwise identical to stepping each parameter alone, for any number of threads.
+  /// bitwise identical to stepping each parameter alone, for any number of threads. (Parameters whose
+  /// gradient is zeroed, or whose step reports telemetry, run after the parallel part, one by one.)
   void step(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
             std::vector<State>& states) {
     constexpr const char* where = Defaults::name;
@@ -133,13 +157,14 @@ class Optimizer {
       detail::fail(where, "batched step got ", params.size(), " parameters, ", grads.size(), " gradients and ",
                    states.size(), " states");
     validate(options_, where);
+    pending_.assign(params.size(), detail::GradAction::Apply);
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (grads[i].layout != params[i].layout && !detail::same_layout(grads[i].layout, params[i].layout,
                                                                        params[i].rows, params[i].cols))
         detail::fail(where, "parameter ", i, ": G is ", detail::layout_name(grads[i].layout), " but W is ",
                      detail::layout_name(params[i].layout));
       detail::with_map(params[i], [&](const auto& w) {
-        detail::with_map(grads[i], [&](const auto& g) { check(w, g, states[i]); });
+        detail::with_map(grads[i], [&](const auto& g) { pending_[i] = check(w, g, states[i]); });
       });
     }
     const int threads = detail::available_threads();
@@ -147,17 +172,26 @@ class Optimizer {
     auto one = [&](std::size_t i, Workspace& ws) {
       detail::with_map(params[i], [&](auto& w) {
         detail::with_map(MatrixView<const T>{grads[i].data, grads[i].rows, grads[i].cols, params[i].layout},
-                         [&](const auto& g) { apply(w, g, states[i], ws); });
+                         [&](const auto& g) { run(w, g, pending_[i], states[i], ws); });
       });
     };
+    // Parallel: small parameters with a plain step. The rest (large, zeroed or reporting) one by one.
+    auto parallel = [&](std::size_t i) {
+      return small(params[i].rows, params[i].cols) && pending_[i] != detail::GradAction::Zero &&
+             !telemetry_.due(states[i].steps + 1);
+    };
     detail::parallel_for(Index(params.size()), [&](Index i) {
-      if (!small(params[i].rows, params[i].cols)) return;
+      if (!parallel(std::size_t(i))) return;
       const int t = detail::thread_index();
       one(std::size_t(i), t == 0 ? workspace_ : thread_workspaces_[std::size_t(t - 1)]);
     });
     for (std::size_t i = 0; i < params.size(); ++i)
-      if (!small(params[i].rows, params[i].cols)) one(i, workspace_);
+      if (!parallel(i)) one(i, workspace_);
   }
+
+  /// Reports every `t.every`-th step of each parameter to `t.callback` (step_policy.hpp). Off by default.
+  void set_telemetry(Telemetry<T> t) { telemetry_ = std::move(t); }
+  const Telemetry<T>& telemetry() const { return telemetry_; }
 
   /// The per-parameter learning rate the update actually uses: lr * s(m, n) for Static scaling, lr * r * s
   /// (last step's trust ratio) for TrustRatio.
@@ -168,7 +202,7 @@ class Optimizer {
   /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest), plus
   /// the per-thread workspaces of the batched step (sized by the largest small parameter).
   std::size_t workspace_bytes() const {
-    std::size_t b = workspace_.bytes();
+    std::size_t b = workspace_.bytes() + clean_.bytes() + report_w_.bytes() + report_u_.bytes();
     for (const auto& ws : thread_workspaces_) b += ws.bytes();
     return b;
   }
@@ -180,12 +214,13 @@ class Optimizer {
     else if (key == "momentum") o.momentum = T(detail::parse_double(key, value));
     else if (key == "nesterov") o.nesterov = detail::parse_bool(key, value);
     else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
+    else if (key == "non_finite") o.non_finite = detail::parse_non_finite(key, value);
     else return Preconditioner::set_option(o.precondition, key, value) ||
                 Scaling::set_option(o.scaling, key, value);
     return true;
   }
   static std::string option_keys() {
-    std::string keys = "lr, momentum, nesterov, weight_decay";
+    std::string keys = "lr, momentum, nesterov, weight_decay, non_finite";
     for (std::string_view k : {std::string_view(Preconditioner::option_keys()),
                                std::string_view(Scaling::option_keys())})
       if (!k.empty()) (keys += ", ") += k;
@@ -200,19 +235,78 @@ class Optimizer {
   /// Sizes the shared workspace for an m x n parameter, and for small ones a workspace per extra thread.
   void reserve_workspaces(Index m, Index n, int threads) {
     Preconditioner::reserve(workspace_, options_.precondition, m, n);
+    if (options_.non_finite == NonFinite::Zero) clean_.reserve(m * n);
     if (!small(m, n)) return;
     if (thread_workspaces_.size() + 1 < std::size_t(threads)) thread_workspaces_.resize(std::size_t(threads - 1));
     for (auto& ws : thread_workspaces_) Preconditioner::reserve(ws, options_.precondition, m, n);
   }
 
-  /// Shapes, layout and finite values; throws before anything is written.
+  /// Shapes, layout and finite values; throws before anything is written. Returns what the step does with
+  /// G under the non-finite policy.
   template <class WMat, class GMat>
-  static void check(const WMat& w, const GMat& g, const State& state) {
+  detail::GradAction check(const WMat& w, const GMat& g, const State& state) const {
     constexpr const char* where = Defaults::name;
     check_shapes(w.rows(), w.cols(), detail::layout_of_v<WMat>, g.rows(), g.cols(), state, where);
-    if (!detail::all_finite(g))
-      detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
-                   ") contains a non-finite value; W and state are unchanged");
+    if (detail::all_finite(g)) return detail::GradAction::Apply;
+    switch (options_.non_finite) {
+      case NonFinite::Skip: return detail::GradAction::Skip;
+      case NonFinite::Zero: return detail::GradAction::Zero;
+      default:
+        detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
+                     ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+    }
+  }
+
+  /// A checked step: skipped, taken on G with its non-finite entries zeroed, or taken; reporting to the
+  /// telemetry callback when due.
+  template <class WMat, class GMat>
+  void run(WMat& w, const GMat& g, detail::GradAction action, State& state, Workspace& ws) {
+    if (action == detail::GradAction::Skip) {
+      ++state.skipped;
+      return;
+    }
+    if (action == detail::GradAction::Zero) {
+      constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
+      clean_.reserve(g.size());  // allocates only if the policy was switched to Zero after make_state
+      Eigen::Map<detail::DynamicMatrix<T, layout>> clean(clean_.data(), g.rows(), g.cols());
+      clean = g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
+      run(w, Eigen::Map<const detail::DynamicMatrix<T, layout>>(clean.data(), g.rows(), g.cols()),
+          detail::GradAction::Apply, state, ws);
+      ++state.zeroed;
+      return;
+    }
+    if (telemetry_.due(state.steps + 1))
+      report(w, g, state, ws);
+    else
+      apply(w, g, state, ws);
+  }
+
+  /// apply() with a report: copies W and U first, then calls the telemetry callback.
+  template <class WMat, class GMat>
+  void report(WMat& w, const GMat& g, State& state, Workspace& ws) {
+    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
+    using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
+    const Index m = w.rows(), n = w.cols();
+    report_w_.reserve(m * n);
+    report_u_.reserve(m * n);
+    Map before(report_w_.data(), m, n), u(report_u_.data(), m, n);
+    before = w;
+    if constexpr (MomentumPolicy::has_buffer) {
+      const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
+      u = c.u_g * g + c.u_v * Map(state.momentum.data(), m, n);
+    } else {
+      u = g;
+    }
+    apply(w, g, state, ws);
+    StepReport<T> r;
+    if constexpr (bool(detail::remove_cvref_t<WMat>::Flags & Eigen::DirectAccessBit)) r.param = w.data();
+    r.rows = m;
+    r.cols = n;
+    r.step = state.steps;
+    r.direction = MatrixView<const T>{u.data(), m, n, layout};
+    r.update_rms = m * n == 0 ? 0.0 : double((w - before).norm()) / std::sqrt(double(m) * double(n));
+    r.effective_lr = double(effective_lr(state));
+    telemetry_.callback(r);
   }
 
   /// The step itself, on checked arguments, with workspace ws.
@@ -237,12 +331,18 @@ class Optimizer {
       }
     }
     auto update = [&](const auto& d) { Scaling::update(w, d, g, state.scaling, options_.scaling, lr, lambda); };
+    auto precondition = [&](const auto& u) {
+      if constexpr (detail::has_policy_state_v<Preconditioner, T>)
+        Preconditioner::template apply<T>(u, options_.precondition, ws, state.precondition, update);
+      else
+        Preconditioner::template apply<T>(u, options_.precondition, ws, update);
+    };
     if constexpr (MomentumPolicy::has_buffer) {
       Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), w.rows(), w.cols());
-      Preconditioner::template apply<T>(c.u_g * g + c.u_v * v, options_.precondition, ws, update);
+      precondition(c.u_g * g + c.u_v * v);
       v = c.v_v * v + c.v_g * g;
     } else {
-      Preconditioner::template apply<T>(g, options_.precondition, ws, update);
+      precondition(g);
     }
     ++state.steps;
   }
@@ -275,6 +375,11 @@ class Optimizer {
   Options options_;
   Workspace workspace_;
   std::vector<Workspace> thread_workspaces_;  ///< batched step: workspaces of threads 1, 2, ...
+  detail::Buffer<T> clean_;                    ///< G with non-finite entries zeroed (NonFinite::Zero)
+  std::vector<detail::GradAction> pending_;    ///< batched step: each parameter's action
+  std::size_t states_made_ = 0;
+  Telemetry<T> telemetry_;
+  detail::Buffer<T> report_w_, report_u_;      ///< telemetry: W before the step, and U
 };
 
 }  // namespace matopt

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
@@ -42,6 +44,47 @@ template <class P, class = void>
 inline constexpr bool has_fused_step_v = false;
 template <class P>
 inline constexpr bool has_fused_step_v<P, std::void_t<decltype(P::has_fused_step)>> = P::has_fused_step;
+
+/// The state a policy keeps per parameter: P::State<T> if P declares one, NoState otherwise.
+struct NoState {
+  template <class F>
+  void fields(F&&) {}
+  std::size_t bytes() const { return 0; }
+};
+template <class P, class T, class = void>
+struct policy_state {
+  using type = NoState;
+};
+template <class P, class T>
+struct policy_state<P, T, std::void_t<typename P::template State<T>>> {
+  using type = typename P::template State<T>;
+};
+template <class P, class T>
+using policy_state_t = typename policy_state<P, T>::type;
+template <class P, class T>
+inline constexpr bool has_policy_state_v = !std::is_same_v<policy_state_t<P, T>, NoState>;
+
+/// Sizes a policy's per-parameter state for an m x n parameter, if the policy asks (P::init_state).
+template <class P, class S, class = void>
+inline constexpr bool has_init_state_v = false;
+template <class P, class S>
+inline constexpr bool has_init_state_v<P, S, std::void_t<decltype(P::init_state(std::declval<S&>(), Index(), Index()))>> =
+    true;
+template <class P, class S>
+void init_policy_state(S& s, Index m, Index n) {
+  if constexpr (has_init_state_v<P, S>) P::init_state(s, m, n);
+}
+
+/// Bytes a policy state holds: its bytes() if it has one, else its size unless empty.
+template <class S, class = void>
+inline constexpr bool has_bytes_v = false;
+template <class S>
+inline constexpr bool has_bytes_v<S, std::void_t<decltype(std::declval<const S&>().bytes())>> = true;
+template <class S>
+std::size_t state_bytes(const S& s) {
+  if constexpr (has_bytes_v<S>) return s.bytes();
+  else return std::is_empty_v<S> ? 0 : sizeof(S);
+}
 
 /// True when the Eigen matrix is stored contiguously (unit inner stride, no padding between lines).
 template <class M>

@@ -30,6 +30,7 @@ class Buffer {
     return Eigen::Map<Vector>(data_.data(), size);
   }
   std::size_t bytes() const { return static_cast<std::size_t>(data_.size()) * sizeof(T); }
+  T* data() { return data_.data(); }
 
  private:
   Vector data_;

@@ -7,6 +7,7 @@
 //   auto state = opt.make_state(view_w);
 //   opt.step(view_w, view_g, state);
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "matopt/adamw.hpp"
 #include "matopt/core/errors.hpp"
+#include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/presets.hpp"
 
@@ -23,6 +25,15 @@ namespace matopt {
 
 /// Key/value options of make_optimizer; values are text ("0.02", "true", "polar_express").
 using Config = std::map<std::string, std::string, std::less<>>;
+
+namespace detail {
+template <class Opt, class T, class = void>
+inline constexpr bool has_telemetry_v = false;
+template <class Opt, class T>
+inline constexpr bool
+    has_telemetry_v<Opt, T, std::void_t<decltype(std::declval<Opt&>().set_telemetry(std::declval<Telemetry<T>>()))>> =
+        true;
+}  // namespace detail
 
 template <class T>
 class AnyOptimizer {
@@ -32,6 +43,9 @@ class AnyOptimizer {
     virtual Index rows() const = 0;
     virtual Index cols() const = 0;
     virtual std::size_t bytes() const = 0;
+    virtual std::int64_t steps() const = 0;
+    virtual std::int64_t skipped() const = 0;
+    virtual std::int64_t zeroed() const = 0;
   };
   template <class Opt>
   struct StateModel final : StateBase {
@@ -41,6 +55,9 @@ class AnyOptimizer {
     Index rows() const override { return state.rows; }
     Index cols() const override { return state.cols; }
     std::size_t bytes() const override { return state.bytes(); }
+    std::int64_t steps() const override { return state.steps; }
+    std::int64_t skipped() const override { return state.skipped; }
+    std::int64_t zeroed() const override { return state.zeroed; }
   };
 
  public:
@@ -59,6 +76,9 @@ class AnyOptimizer {
     Index rows() const { return impl_ ? impl_->rows() : 0; }
     Index cols() const { return impl_ ? impl_->cols() : 0; }
     std::size_t bytes() const { return impl_ ? impl_->bytes() : 0; }
+    std::int64_t steps() const { return impl_ ? impl_->steps() : 0; }      ///< steps taken
+    std::int64_t skipped() const { return impl_ ? impl_->skipped() : 0; }  ///< skipped (NonFinite::Skip)
+    std::int64_t zeroed() const { return impl_ ? impl_->zeroed() : 0; }    ///< taken with G zeroed (Zero)
 
    private:
     friend class AnyOptimizer;
@@ -76,6 +96,9 @@ class AnyOptimizer {
     virtual void set_lr(T) = 0;
     virtual T weight_decay() const = 0;
     virtual void set_weight_decay(T) = 0;
+    virtual NonFinite non_finite() const = 0;
+    virtual void set_non_finite(NonFinite) = 0;
+    virtual void set_telemetry(Telemetry<T>) = 0;
     virtual T effective_lr(const State& s) const = 0;
     virtual std::string name() const = 0;
     virtual std::string option_keys() const = 0;
@@ -130,6 +153,12 @@ class AnyOptimizer {
       detail::require_nonnegative(opt.name(), "weight_decay", v);
       opt.options().weight_decay = v;
     }
+    NonFinite non_finite() const override { return opt.options().non_finite; }
+    void set_non_finite(NonFinite p) override { opt.options().non_finite = p; }
+    void set_telemetry(Telemetry<T> t) override {
+      if constexpr (detail::has_telemetry_v<Opt, T>) opt.set_telemetry(std::move(t));
+      else if (t.every > 0) detail::fail(opt.name(), "does not report telemetry");
+    }
     T effective_lr(const State& s) const override { return opt.effective_lr(typed(s)); }
     std::string name() const override { return opt.name(); }
     std::string option_keys() const override { return Opt::option_keys(); }
@@ -159,6 +188,11 @@ class AnyOptimizer {
   void set_lr(T lr) { impl_->set_lr(lr); }
   T weight_decay() const { return impl_->weight_decay(); }
   void set_weight_decay(T wd) { impl_->set_weight_decay(wd); }
+  /// The non-finite-gradient policy (options.non_finite of the wrapped optimizer).
+  NonFinite non_finite() const { return impl_->non_finite(); }
+  void set_non_finite(NonFinite p) { impl_->set_non_finite(p); }
+  /// Telemetry of a matrix optimizer (AdamW does not report; a non-zero `every` throws for it).
+  void set_telemetry(Telemetry<T> t) { impl_->set_telemetry(std::move(t)); }
   T effective_lr(const State& s) const { return impl_->effective_lr(s); }
   std::string name() const { return impl_->name(); }
   std::string option_keys() const { return impl_->option_keys(); }

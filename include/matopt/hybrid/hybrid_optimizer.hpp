@@ -10,6 +10,8 @@
 //   opt.step({matopt::view(G1), matopt::view(gb1), matopt::view(G3)});
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -17,6 +19,7 @@
 
 #include "matopt/adamw.hpp"
 #include "matopt/core/errors.hpp"
+#include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/facade/any_optimizer.hpp"
 
@@ -34,6 +37,10 @@ class HybridOptimizer {
   struct Options {
     bool embeddings_to_adamw = true;  ///< false: embeddings go to the matrix optimizer
     bool heads_to_adamw = true;       ///< false: output heads go to the matrix optimizer
+    /// A gradient with an inf or NaN: Throw (nothing changes), Skip the whole step (every parameter and
+    /// state untouched; skipped_steps() counts it, as a mixed-precision loss scaler would), or Zero its
+    /// non-finite entries in that parameter's step.
+    NonFinite non_finite = NonFinite::Throw;
   };
   /// A parameter group: its lr is the route's lr times lr_scale; weight_decay, if set, replaces the
   /// route's. Group 0 ("default", scale 1, the route's decay) always exists.
@@ -75,7 +82,10 @@ class HybridOptimizer {
   /// Steps parameter i with gradient g (same shape and layout as the parameter).
   void step(std::size_t i, MatrixView<const T> g) {
     Param& p = param(i, "step");
-    check_grad(p, g);
+    if (!check_grad(p, g) && options_.non_finite == NonFinite::Skip) {
+      ++skipped_steps_;
+      return;
+    }
     step_one(p, g);
   }
 
@@ -85,8 +95,32 @@ class HybridOptimizer {
     if (grads.size() != params_.size())
       detail::fail("matopt::HybridOptimizer::step", "got ", grads.size(), " gradients for ", params_.size(),
                    " parameters");
-    for (std::size_t i = 0; i < params_.size(); ++i) check_grad(params_[i], grads[i]);
+    bool finite = true;
+    for (std::size_t i = 0; i < params_.size(); ++i) finite = check_grad(params_[i], grads[i]) && finite;
+    if (!finite && options_.non_finite == NonFinite::Skip) {
+      ++skipped_steps_;
+      return;
+    }
     for (std::size_t i = 0; i < params_.size(); ++i) step_one(params_[i], grads[i]);
+  }
+
+  /// Steps skipped for a non-finite gradient (Options::non_finite = Skip).
+  std::int64_t skipped_steps() const { return skipped_steps_; }
+  Options& options() { return options_; }
+  const Options& options() const { return options_; }
+
+  /// Reports every `every`-th step of each matrix-routed parameter, with its name (step_policy.hpp's
+  /// Telemetry; AdamW-routed parameters do not report). every = 0 turns it off.
+  void set_telemetry(int every, std::function<void(const std::string&, const StepReport<T>&)> callback) {
+    Telemetry<T> t;
+    t.every = every;
+    if (every > 0 && callback)
+      t.callback = [this, cb = std::move(callback)](const StepReport<T>& r) {
+        for (const auto& p : params_)
+          if (p.view.data == r.param) return cb(p.name, r);
+        cb(std::string(), r);
+      };
+    matrix_.set_telemetry(std::move(t));
   }
 
   std::size_t size() const { return params_.size(); }
@@ -148,7 +182,8 @@ class HybridOptimizer {
       detail::require_nonnegative("matopt::HybridOptimizer::add_group", "weight_decay", *g.weight_decay);
   }
 
-  static void check_grad(const Param& p, MatrixView<const T> g) {
+  /// Shape and layout (throws); returns whether g is finite (throws if not, under NonFinite::Throw).
+  bool check_grad(const Param& p, MatrixView<const T> g) const {
     constexpr const char* where = "matopt::HybridOptimizer::step";
     if (g.rows != p.view.rows || g.cols != p.view.cols)
       detail::fail(where, "gradient of '", p.name, "' is ", detail::shape_string(g.rows, g.cols),
@@ -156,11 +191,11 @@ class HybridOptimizer {
     if (!detail::same_layout(g.layout, p.view.layout, g.rows, g.cols))
       detail::fail(where, "gradient of '", p.name, "' is ", detail::layout_name(g.layout), " but the parameter is ",
                    detail::layout_name(p.view.layout));
-    detail::with_map(g, [&](const auto& gm) {
-      if (!detail::all_finite(gm))
-        detail::fail(where, "gradient of '", p.name, "' (", detail::shape_string(g.rows, g.cols),
-                     ") contains a non-finite value; nothing was changed");
-    });
+    const bool finite = detail::with_map(g, [&](const auto& gm) { return detail::all_finite(gm); });
+    if (!finite && options_.non_finite == NonFinite::Throw)
+      detail::fail(where, "gradient of '", p.name, "' (", detail::shape_string(g.rows, g.cols),
+                   ") contains a non-finite value; nothing was changed (options.non_finite = throw)");
+    return finite;
   }
 
   void step_one(Param& p, MatrixView<const T> g) {
@@ -168,17 +203,22 @@ class HybridOptimizer {
     const Group& grp = groups_[p.group];
     validate_group(grp);  // groups are mutable through group()
     const T lr = opt.lr(), wd = opt.weight_decay();
-    // The group's lr and decay apply to this step only; restored even if the step throws.
+    const NonFinite policy = opt.non_finite();
+    // The group's lr and decay, and this container's non-finite policy, apply to this step only; restored
+    // even if the step throws.
     struct Restore {
       AnyOptimizer<T>& opt;
       T lr, wd;
+      NonFinite policy;
       ~Restore() {
         opt.set_lr(lr);
         opt.set_weight_decay(wd);
+        opt.set_non_finite(policy);
       }
-    } restore{opt, lr, wd};
+    } restore{opt, lr, wd, policy};
     opt.set_lr(lr * grp.lr_scale);
     if (grp.weight_decay) opt.set_weight_decay(*grp.weight_decay);
+    opt.set_non_finite(options_.non_finite);
     opt.step(p.view, g, p.state);
   }
 
@@ -187,6 +227,7 @@ class HybridOptimizer {
   Options options_;
   std::vector<Group> groups_;
   std::vector<Param> params_;
+  std::int64_t skipped_steps_ = 0;
 };
 
 }  // namespace matopt

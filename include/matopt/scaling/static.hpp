@@ -21,7 +21,10 @@ struct Static {
   };
   /// Static scaling keeps no per-parameter state.
   template <class T>
-  struct State {};
+  struct State {
+    template <class F>
+    void fields(F&&) {}
+  };
 
   static void validate(const Options& o, std::string_view where) {
     if constexpr (std::is_same_v<Rule, shape::Function>) {

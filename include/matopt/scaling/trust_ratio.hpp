@@ -77,6 +77,12 @@ struct TrustRatio {
     T calibration = T(1);  ///< c (OrScale)
     bool calibrated = false;
     T last_ratio = T(1);  ///< r of the most recent step (1 before the first)
+    template <class F>
+    void fields(F&& f) {
+      f("calibration", calibration);
+      f("calibrated", calibrated);
+      f("last_ratio", last_ratio);
+    }
   };
 
   static void validate(const Options& o, std::string_view where) { Ratio::validate(o, where); }

@@ -1,0 +1,69 @@
+#pragma once
+// What a step does around the math: the non-finite-gradient policy (architecture.md, "Errors and bad
+// input") and the telemetry hook (issue: diagnostics during training). Shared by Optimizer, AdamW, the
+// facade and the hybrid container.
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "matopt/core/errors.hpp"
+#include "matopt/core/view.hpp"
+
+namespace matopt {
+
+/// What a step does when the gradient holds an inf or NaN. Checked before anything is written.
+enum class NonFinite {
+  Throw,  ///< std::invalid_argument; W and state unchanged (default)
+  Skip,   ///< no step: W and state unchanged except the state's `skipped` counter
+  Zero,   ///< step with the non-finite entries of G replaced by 0; the state's `zeroed` counter counts it
+};
+
+inline const char* non_finite_name(NonFinite p) {
+  switch (p) {
+    case NonFinite::Skip: return "skip";
+    case NonFinite::Zero: return "zero";
+    default: return "throw";
+  }
+}
+
+namespace detail {
+inline NonFinite parse_non_finite(std::string_view key, std::string_view value) {
+  if (value == "throw") return NonFinite::Throw;
+  if (value == "skip") return NonFinite::Skip;
+  if (value == "zero") return NonFinite::Zero;
+  fail("matopt options", "option '", key, "': '", value, "' is not a non-finite policy (throw, skip, zero)");
+}
+
+/// What a checked step goes on to do with its gradient.
+enum class GradAction { Apply, Skip, Zero };
+}  // namespace detail
+
+/// One parameter's report from a step (see Telemetry).
+template <class T>
+struct StepReport {
+  const T* param = nullptr;        ///< W's data: identifies the parameter
+  Index rows = 0, cols = 0;
+  std::int64_t step = 0;           ///< the parameter's step count, this step included
+  /// U = u_g G + u_v V, what the preconditioner received (after momentum and Nesterov, spec §6: the
+  /// matrix diagonal_dominance and singular_value_quantiles examine). Valid during the callback only.
+  MatrixView<const T> direction{};
+  double update_rms = 0;           ///< ||W_after - W_before||_F / sqrt(mn)
+  double effective_lr = 0;         ///< as Optimizer::effective_lr after this step
+};
+
+/// Reporting every `every`-th step of each parameter (counted by its state) to `callback`. Off when
+/// `every` is 0 (the default): then a step costs one branch more. A reporting step copies W and U (and
+/// allocates those copies the first time a shape grows), so it costs about two passes over memory plus
+/// whatever the callback computes.
+template <class T>
+struct Telemetry {
+  int every = 0;
+  std::function<void(const StepReport<T>&)> callback;
+
+  bool due(std::int64_t steps_after) const {
+    return every > 0 && callback && steps_after % every == 0;
+  }
+};
+
+}  // namespace matopt

@@ -1,0 +1,117 @@
+#pragma once
+// Adaptive: per matrix, the cheap preconditioner (RowNormalize, Theta(mn)) while the Gram matrix of its U
+// stays diagonally dominant, and the exact one (Orthogonalize, Theta(mn min(m,n))) when it does not.
+//
+// Why: when P = U U^T is diagonal, (U U^T)^(-1/2) U is exactly row normalization (blog §4), and the RMNP
+// paper's measurements show r_min of P rising above 1 early in training and staying there (blog §4,
+// observation 1). So every `every` steps of a parameter (its first step included) this policy measures
+// r_min of spec §6 on U and uses
+//   Cheap  while r_min >= threshold   (default threshold 1: the diagonal outweighs the mean |off-diagonal|)
+//   Exact  otherwise,
+// keeping the choice until the next check. For ColNormalize as the cheap policy the Gram is U^T U.
+//
+// Cost: a check is a symmetric rank update of P (m^2 n / 2 multiply-adds, less than one NS5 iteration) and,
+// for a non-plain U, one evaluation of U; it may allocate Eigen's packing buffers. Between checks a step
+// costs what the chosen policy costs. The decision, the measured r_min and the number of switches are
+// in the parameter's state (and in checkpoints).
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include "matopt/core/errors.hpp"
+#include "matopt/core/parse.hpp"
+#include "matopt/diagnostics/diagonal_dominance.hpp"
+#include "matopt/precondition/col_normalize.hpp"
+#include "matopt/precondition/orthogonalize.hpp"
+#include "matopt/precondition/row_normalize.hpp"
+
+namespace matopt {
+
+template <class Cheap = RowNormalize, class Exact = Orthogonalize<>>
+struct Adaptive {
+  static constexpr const char* name() { return "Adaptive"; }
+
+  struct Options {
+    double threshold = 1.0;  ///< use Cheap while r_min >= threshold
+    int every = 100;         ///< re-check every `every` steps of a parameter
+    typename Cheap::Options cheap{};
+    typename Exact::Options exact{};
+  };
+
+  /// Per parameter: the current choice and what the last check measured.
+  template <class T>
+  struct State {
+    bool exact = false;          ///< Exact in use (until the next check)
+    double r_min = 0;            ///< r_min of the last check
+    std::int64_t calls = 0;      ///< steps preconditioned
+    std::int64_t switches = 0;   ///< changes of choice after the first check
+    template <class F>
+    void fields(F&& f) {
+      f("exact", exact);
+      f("r_min", r_min);
+      f("calls", calls);
+      f("switches", switches);
+    }
+  };
+
+  template <class T>
+  struct Workspace {
+    typename Cheap::template Workspace<T> cheap;
+    typename Exact::template Workspace<T> exact;
+    DiagonalDominanceWorkspace<T> dominance;
+    std::size_t bytes() const { return cheap.bytes() + exact.bytes() + dominance.bytes(); }
+  };
+
+  static constexpr bool column_gram = std::is_same_v<Cheap, ColNormalize>;
+
+  template <class T>
+  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
+    Cheap::reserve(ws.cheap, o.cheap, m, n);
+    Exact::reserve(ws.exact, o.exact, m, n);
+    if (column_gram)
+      ws.dominance.template reserve<T>(n, m);
+    else
+      ws.dominance.template reserve<T>(m, n);
+  }
+
+  static void validate(const Options& o, std::string_view where) {
+    detail::require_nonnegative(where, "adaptive_threshold", o.threshold);
+    if (o.every < 1) detail::fail(where, "adaptive_every must be >= 1 (got ", o.every, ")");
+    Cheap::validate(o.cheap, where);
+    Exact::validate(o.exact, where);
+  }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "adaptive_threshold") o.threshold = detail::parse_double(key, value);
+    else if (key == "adaptive_every") o.every = detail::parse_int(key, value);
+    else return Cheap::set_option(o.cheap, key, value) || Exact::set_option(o.exact, key, value);
+    return true;
+  }
+  static std::string option_keys() {
+    std::string keys = "adaptive_threshold, adaptive_every";
+    for (std::string_view k : {std::string_view(Cheap::option_keys()), std::string_view(Exact::option_keys())})
+      if (!k.empty()) (keys += ", ") += k;
+    return keys;
+  }
+
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
+    if (s.calls % o.every == 0) {
+      const DiagonalDominance dd =
+          column_gram ? diagonal_dominance(u.transpose(), ws.dominance) : diagonal_dominance(u, ws.dominance);
+      // A 1-row (1-column) Gram has no off-diagonal: both policies agree, keep the cheap one.
+      const bool exact = dd.size >= 2 && dd.r_min < o.threshold;
+      if (s.calls > 0 && exact != s.exact) ++s.switches;
+      s.exact = exact;
+      s.r_min = dd.r_min;
+    }
+    ++s.calls;
+    if (s.exact)
+      Exact::template apply<T>(u, o.exact, ws.exact, sink);
+    else
+      Cheap::template apply<T>(u, o.cheap, ws.cheap, sink);
+  }
+};
+
+}  // namespace matopt
