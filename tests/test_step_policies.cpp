@@ -1,0 +1,329 @@
+// What a step does around the math: the non-finite-gradient policy, telemetry, the spectral cap (spec §5)
+// and the adaptive Row/Orthogonalize preconditioner. References: exact SVD (Eigen's JacobiSVD), the
+// presets stepped on a cleaned gradient, and direct computation of U and the update.
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <Eigen/SVD>
+#include <doctest/doctest.h>
+
+#include <matopt/matopt.hpp>
+
+#include "test_support.hpp"
+
+using namespace matopt;
+using matopt::test::randn;
+using matopt::test::RowMat;
+
+namespace {
+
+template <class M>
+M with_bad_entries(M g) {
+  using T = typename M::Scalar;
+  g(0, 0) = std::numeric_limits<T>::quiet_NaN();
+  g(g.rows() - 1, g.cols() - 1) = std::numeric_limits<T>::infinity();
+  return g;
+}
+template <class M>
+M cleaned(const M& g) {
+  using T = typename M::Scalar;
+  return g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("non-finite gradients: throw, skip and zero, for every preset and AdamW", T, float, double) {
+  using M = RowMat<T>;
+  auto check = [](auto make) {
+    auto opt = make();
+    CAPTURE(opt.name());
+    M w = randn<M>(7, 5, 1);
+    auto st = opt.make_state(w);
+    opt.step(w, M(randn<M>(7, 5, 2)), st);
+    const M bad = with_bad_entries(M(randn<M>(7, 5, 3)));
+    const M w0 = w;
+    const auto st0 = st;
+
+    opt.options().non_finite = NonFinite::Throw;  // the default
+    CHECK_THROWS_WITH_AS(opt.step(w, bad, st), doctest::Contains("non-finite"), std::invalid_argument);
+    CHECK(w == w0);
+    CHECK(st.steps == st0.steps);
+
+    opt.options().non_finite = NonFinite::Skip;
+    opt.step(w, bad, st);
+    CHECK(w == w0);
+    CHECK(st.steps == st0.steps);
+    CHECK(st.skipped == 1);
+
+    // Zero: exactly the step on G with its non-finite entries replaced by 0.
+    auto ref_opt = make();
+    M w_ref = w0;
+    auto st_ref = st0;
+    ref_opt.step(w_ref, cleaned(bad), st_ref);
+    opt.options().non_finite = NonFinite::Zero;
+    opt.step(w, bad, st);
+    CHECK(w == w_ref);
+    CHECK(st.steps == st_ref.steps);
+    CHECK(st.zeroed == 1);
+    CHECK(w.allFinite());
+  };
+  check([] { return Muon<T>{}; });
+  check([] { return RMNP<T>{}; });  // the fused one-pass path
+  check([] { return ColNorm<T>{}; });
+  check([] { return OrScale<T>{}; });
+  check([] { return AdamW<T>{}; });
+}
+
+TEST_CASE("non-finite policy in the batched step, the facade and the hybrid container") {
+  using M = RowMat<float>;
+  SUBCASE("batched: skip and zero per parameter, same as one by one") {
+    Muon<float> batched, single;
+    std::vector<M> w{randn<M>(8, 8, 1), randn<M>(300, 20, 2), randn<M>(8, 8, 3)};
+    std::vector<M> g{randn<M>(8, 8, 4), with_bad_entries(randn<M>(300, 20, 5)), with_bad_entries(randn<M>(8, 8, 6))};
+    std::vector<M> w_single = w;
+    std::vector<Muon<float>::State> st, st_single;
+    for (auto& x : w) st.push_back(batched.make_state(x));
+    for (auto& x : w_single) st_single.push_back(single.make_state(x));
+    batched.options().non_finite = single.options().non_finite = NonFinite::Zero;
+    std::vector<MatrixView<float>> pv;
+    std::vector<MatrixView<const float>> gv;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      pv.push_back(view(w[i]));
+      gv.push_back(view(std::as_const(g[i])));
+    }
+    batched.step(pv, gv, st);
+    for (std::size_t i = 0; i < w.size(); ++i) single.step(w_single[i], g[i], st_single[i]);
+    for (std::size_t i = 0; i < w.size(); ++i) CHECK(w[i] == w_single[i]);
+    CHECK(st[1].zeroed == 1);
+    CHECK(st[0].zeroed == 0);
+
+    batched.options().non_finite = NonFinite::Skip;
+    const auto w_before = w;
+    batched.step(pv, gv, st);
+    CHECK(w[0] != w_before[0]);  // finite: stepped
+    CHECK(w[1] == w_before[1]);
+    CHECK(w[2] == w_before[2]);
+    CHECK(st[1].skipped == 1);
+    CHECK(st[0].skipped == 0);
+
+    batched.options().non_finite = NonFinite::Throw;
+    const auto w_throw = w;
+    CHECK_THROWS_AS(batched.step(pv, gv, st), std::invalid_argument);
+    for (std::size_t i = 0; i < w.size(); ++i) CHECK(w[i] == w_throw[i]);
+  }
+  SUBCASE("facade: non_finite key, counters on the erased state") {
+    auto opt = make_optimizer<float>("rmnp", {{"non_finite", "skip"}});
+    CHECK(opt.non_finite() == NonFinite::Skip);
+    M w = randn<M>(4, 6, 1);
+    const M g = with_bad_entries(randn<M>(4, 6, 2));
+    auto st = opt.make_state(view(w));
+    opt.step(view(w), view(g), st);
+    CHECK(st.skipped() == 1);
+    CHECK(st.steps() == 0);
+    CHECK_THROWS_WITH_AS(make_optimizer<float>("muon", {{"non_finite", "ignore"}}),
+                         doctest::Contains("'ignore' is not a non-finite policy (throw, skip, zero)"),
+                         std::invalid_argument);
+  }
+  SUBCASE("hybrid: skip the whole model step, or zero per parameter") {
+    M w1 = randn<M>(6, 5, 1), b = randn<M>(1, 5, 2);
+    const M g1 = randn<M>(6, 5, 3), gb = with_bad_entries(randn<M>(1, 5, 4));
+    HybridOptimizer<float> h(make_optimizer<float>("muon"));
+    h.add("w1", view(w1));
+    h.add("b", view(b));
+    const M w1_0 = w1, b_0 = b;
+    CHECK_THROWS_WITH_AS(h.step({view(g1), view(gb)}), doctest::Contains("gradient of 'b' (1x5) contains a non-finite"),
+                         std::invalid_argument);
+    h.options().non_finite = NonFinite::Skip;
+    h.step({view(g1), view(gb)});
+    CHECK(w1 == w1_0);  // the whole step is skipped, the finite parameter too
+    CHECK(b == b_0);
+    CHECK(h.skipped_steps() == 1);
+    h.options().non_finite = NonFinite::Zero;
+    h.step({view(g1), view(gb)});
+    CHECK(w1 != w1_0);
+    CHECK(b.allFinite());
+    CHECK(b != b_0);
+    CHECK(h.adamw().non_finite() == NonFinite::Throw);  // the container's policy applied to its steps only
+  }
+}
+
+TEST_CASE_TEMPLATE("telemetry: every K-th step, U and the update as computed directly; off costs nothing", T, float,
+                   double) {
+  using M = RowMat<T>;
+  RMNP<T> opt;
+  M w = randn<M>(9, 13, 1);
+  auto st = opt.make_state(w);
+  std::vector<std::int64_t> steps;
+  M expected_u, w_prev;
+  const M g = randn<M>(9, 13, 2);
+  opt.set_telemetry({3, [&](const StepReport<T>& r) {
+                       steps.push_back(r.step);
+                       CHECK(r.param == w.data());
+                       CHECK(r.rows == 9);
+                       CHECK(r.cols == 13);
+                       Eigen::Map<const M> u(r.direction.data, r.direction.rows, r.direction.cols);
+                       CHECK(matopt::test::rel_error(u, expected_u) < matopt::test::tol<T>());
+                       const double rms = (w - w_prev).template cast<double>().norm() / std::sqrt(9.0 * 13.0);
+                       CHECK(r.update_rms == doctest::Approx(rms).epsilon(1e-5));
+                       CHECK(r.effective_lr == doctest::Approx(double(opt.effective_lr(st))));
+                     }});
+  for (int k = 1; k <= 7; ++k) {
+    // RMNP: U = G + beta (beta V + G) (Sum, Nesterov), V before this step's update.
+    Eigen::Map<const M> v(st.momentum.data(), 9, 13);
+    const T beta = opt.options().momentum;
+    expected_u = g + beta * (beta * v + g);
+    w_prev = w;
+    opt.step(w, g, st);
+  }
+  CHECK(steps == std::vector<std::int64_t>{3, 6});
+
+  // Reporting does not change the numbers.
+  RMNP<T> plain;
+  M w2 = randn<M>(9, 13, 1);
+  auto st2 = plain.make_state(w2);
+  for (int k = 1; k <= 7; ++k) plain.step(w2, g, st2);
+  CHECK(w2 == w);
+
+  opt.set_telemetry({});
+  opt.step(w, g, st);
+  CHECK(steps.size() == 2);
+
+  HybridOptimizer<T> h(make_optimizer<T>("muon"));
+  M a = randn<M>(5, 4, 3), b = randn<M>(4, 5, 4);
+  h.add("a", view(a));
+  h.add("b", view(b));
+  std::vector<std::string> names;
+  h.set_telemetry(1, [&](const std::string& name, const StepReport<T>&) { names.push_back(name); });
+  h.step({view(std::as_const(a)), view(std::as_const(b))});
+  CHECK(names == std::vector<std::string>{"a", "b"});
+}
+
+namespace {
+// W <- W - lr D exactly: Identity preconditioner, no momentum, unit scale, the cap on top.
+template <class T>
+using Capped = Optimizer<T, Identity, NoMomentum, SpectralCap<Static<shape::Unit>>>;
+}  // namespace
+
+TEST_CASE_TEMPLATE("spectral cap removes exactly the first-order growth of sigma1 (spec §5)", T, float, double) {
+  using M = Eigen::Matrix<T, -1, -1>;
+  const Index m = 12, n = 9;
+  // W with a clear top singular value (gap 3 -> 1.5) so that the power iteration converges.
+  const Eigen::MatrixXd uu = matopt::test::random_orthonormal(m, n, 1), vv = matopt::test::random_orthonormal(n, n, 2);
+  Eigen::VectorXd sv = Eigen::VectorXd::LinSpaced(n, 1.5, 0.2);
+  sv(0) = 3.0;
+  const Eigen::MatrixXd w0 = uu * sv.asDiagonal() * vv.transpose();
+  const Eigen::VectorXd u1 = uu.col(0), v1 = vv.col(0);
+  // D with u1^T D v1 = -0.7 < 0: the step W - eta D would grow sigma1.
+  Eigen::MatrixXd d = randn(m, n, 3);
+  d += (-0.7 - u1.dot(d * v1)) * u1 * v1.transpose();
+  const double lr = 1e-3;
+
+  typename Capped<T>::Options o;
+  o.lr = T(lr);
+  o.scaling.initial_iterations = 200;
+  Capped<T> opt(o);
+  M w = w0.cast<T>();
+  auto st = opt.make_state(w);
+  opt.step(w, M(d.cast<T>()), st);
+  const Eigen::MatrixXd applied = (w0 - w.template cast<double>()) / lr;
+  const Eigen::MatrixXd expected = d + 0.7 * u1 * v1.transpose();  // D - (u1^T D v1) u1 v1^T
+  const double tol = std::is_same_v<T, float> ? 2e-2 : 1e-7;  // float: W - lr D rounds at 1e-7 / 1e-3
+  CHECK(matopt::test::rel_error(applied, expected) < tol);
+  CHECK(st.scaling.capped == 1);
+  CHECK(double(st.scaling.projection) == doctest::Approx(-0.7).epsilon(std::is_same_v<T, float> ? 1e-4 : 1e-9));
+  CHECK(double(st.scaling.sigma) == doctest::Approx(3.0).epsilon(1e-5));
+  // Other directions unchanged: D_applied - D is rank one along u1 v1^T.
+  const Eigen::MatrixXd diff = applied - d;
+  CHECK((diff - u1 * (u1.transpose() * diff * v1) * v1.transpose()).norm() < tol * d.norm());
+
+  if constexpr (std::is_same_v<T, double>) {
+    // sigma1 after a small step: first-order growth without the cap, only second order with it.
+    auto sigma1 = [](const Eigen::MatrixXd& a) { return Eigen::JacobiSVD<Eigen::MatrixXd>(a).singularValues()(0); };
+    for (double eta : {1e-3, 1e-4}) {
+      const double uncapped = sigma1(w0 - eta * d) - 3.0;
+      const double capped = sigma1(w0 - eta * expected) - 3.0;
+      CHECK(uncapped / eta == doctest::Approx(0.7).epsilon(0.02));  // -eta u1^T D v1 to first order
+      CHECK(std::abs(capped) < 5.0 * eta * eta * d.squaredNorm());  // O(eta^2)
+    }
+  }
+
+  SUBCASE("no cap when the step shrinks sigma1, or sigma1 is below the threshold") {
+    Eigen::MatrixXd d2 = randn(m, n, 4);
+    d2 += (0.5 - u1.dot(d2 * v1)) * u1 * v1.transpose();  // u1^T D v1 = +0.5: sigma1 shrinks
+    M w2 = w0.cast<T>();
+    auto st2 = opt.make_state(w2);
+    opt.step(w2, M(d2.cast<T>()), st2);
+    CHECK(matopt::test::rel_error((w0 - w2.template cast<double>()) / lr, d2) < tol);
+    CHECK(st2.scaling.capped == 0);
+
+    typename Capped<T>::Options high = o;
+    high.scaling.threshold = 3.5;  // above sigma1 = 3
+    Capped<T> loose(high);
+    M w3 = w0.cast<T>();
+    auto st3 = loose.make_state(w3);
+    loose.step(w3, M(d.cast<T>()), st3);
+    CHECK(matopt::test::rel_error((w0 - w3.template cast<double>()) / lr, d) < tol);
+    CHECK(st3.scaling.capped == 0);
+  }
+  SUBCASE("warm start: one power iteration per step tracks sigma1 over many small steps") {
+    for (int k = 0; k < 20; ++k) opt.step(w, M(d.cast<T>()), st);
+    const double exact = Eigen::JacobiSVD<Eigen::MatrixXd>(w.template cast<double>()).singularValues()(0);
+    CHECK(double(st.scaling.sigma) == doctest::Approx(exact).epsilon(1e-3));
+  }
+  SUBCASE("a zero W has no top direction: nothing is capped, no NaN") {
+    M z = M::Zero(m, n);
+    auto sz = opt.make_state(z);
+    opt.step(z, M(d.cast<T>()), sz);
+    CHECK(z.allFinite());
+    CHECK(sz.scaling.capped == 0);
+  }
+}
+
+TEST_CASE_TEMPLATE("adaptive preconditioner: RowNormalize while r_min >= threshold, Orthogonalize below", T, float,
+                   double) {
+  using M = RowMat<T>;
+  using Ad = Optimizer<T, Adaptive<>, Momentum<Sum, Nesterov>, Static<>>;
+  using Orth = Optimizer<T, Orthogonalize<>, Momentum<Sum, Nesterov>, Static<>>;
+  // Orthogonal rows: U U^T diagonal, r_min huge -> row normalization (equal to RMNP's step).
+  const M g_diag = (matopt::test::random_orthonormal(16, 8, 1).transpose() * 3.0).cast<T>();
+  // Nearly rank one: every row close to the same vector -> r_min about 1 or below -> Newton-Schulz.
+  M g_rank1 = (10.0 * randn(8, 1, 2) * randn(1, 16, 3) + 0.1 * randn(8, 16, 4)).cast<T>();
+  g_rank1.row(0) *= T(-1);
+
+  typename Ad::Options o;
+  o.precondition.every = 2;
+  Ad ad(o);
+  RMNP<T> rmnp;
+  Orth orth;
+  auto run = [&](const M& g, auto& ref) {
+    M w = randn<M>(8, 16, 5), w_ref = w;
+    auto st = ad.make_state(w);
+    auto st_ref = ref.make_state(w_ref);
+    ad.step(w, g, st);
+    ref.step(w_ref, g, st_ref);
+    CHECK(matopt::test::rel_error(w, w_ref) < matopt::test::tol<T>());
+    return st;
+  };
+  const auto s1 = run(g_diag, rmnp);
+  CHECK_FALSE(s1.precondition.exact);
+  CHECK(s1.precondition.r_min > 1e3);
+  const auto s2 = run(g_rank1, orth);
+  CHECK(s2.precondition.exact);
+  CHECK(s2.precondition.r_min < 1.0);
+
+  SUBCASE("re-checks every `every` steps and counts switches") {
+    M w = randn<M>(8, 16, 6);
+    auto st = ad.make_state(w);
+    ad.step(w, g_diag, st);   // check: row
+    ad.step(w, g_rank1, st);  // no check: keeps row
+    CHECK_FALSE(st.precondition.exact);
+    ad.step(w, g_rank1, st);  // check (calls = 2): U is now dominated by the rank-one gradient
+    CHECK(st.precondition.exact);
+    CHECK(st.precondition.switches == 1);
+  }
+  CHECK_THROWS_WITH_AS(Ad(typename Ad::Options{T(0.02), T(0.95), true, T(0), {1.0, 0, {}, {}}, {}}),
+                       doctest::Contains("adaptive_every must be >= 1"), std::invalid_argument);
+}
