@@ -65,6 +65,7 @@ class AdamW {
   Options& options() { return options_; }
   const Options& options() const { return options_; }
   static constexpr const char* name() { return "matopt::AdamW"; }
+  static std::string identity() { return name(); }
 
   static void validate(const Options& o, std::string_view where) {
     detail::require_positive(where, "lr", o.lr);

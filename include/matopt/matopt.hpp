@@ -28,6 +28,7 @@
 #include "matopt/scaling/trust_ratio.hpp"
 
 #include "matopt/diagnostics.hpp"
+#include "matopt/serialization/checkpoint.hpp"
 
 #include "matopt/adamw.hpp"
 #include "matopt/presets.hpp"

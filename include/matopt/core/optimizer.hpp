@@ -107,6 +107,11 @@ class Optimizer {
   const Options& options() const { return options_; }
 
   static constexpr const char* name() { return Defaults::name; }
+  /// The name and policies, as checkpoints record them.
+  static std::string identity() {
+    return std::string(Defaults::name) + "<" + Preconditioner::name() + ", " + MomentumPolicy::name() + ", " +
+           Scaling::name() + ">";
+  }
 
   /// Throws std::invalid_argument naming the first bad hyperparameter.
   static void validate(const Options& o, std::string_view where) {

@@ -20,6 +20,7 @@
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/presets.hpp"
+#include "matopt/serialization/archive.hpp"
 
 namespace matopt {
 
@@ -46,6 +47,8 @@ class AnyOptimizer {
     virtual std::int64_t steps() const = 0;
     virtual std::int64_t skipped() const = 0;
     virtual std::int64_t zeroed() const = 0;
+    virtual void write(detail::Writer& w) const = 0;
+    virtual void read(detail::Reader& r) = 0;
   };
   template <class Opt>
   struct StateModel final : StateBase {
@@ -58,6 +61,8 @@ class AnyOptimizer {
     std::int64_t steps() const override { return state.steps; }
     std::int64_t skipped() const override { return state.skipped; }
     std::int64_t zeroed() const override { return state.zeroed; }
+    void write(detail::Writer& w) const override { w.state(state); }
+    void read(detail::Reader& r) override { r.state(state); }
   };
 
  public:
@@ -80,6 +85,16 @@ class AnyOptimizer {
     std::int64_t skipped() const { return impl_ ? impl_->skipped() : 0; }  ///< skipped (NonFinite::Skip)
     std::int64_t zeroed() const { return impl_ ? impl_->zeroed() : 0; }    ///< taken with G zeroed (Zero)
 
+    /// Checkpoints (serialization/checkpoint.hpp): the wrapped state's fields.
+    void write(detail::Writer& w) const {
+      if (!impl_) detail::fail("matopt::AnyOptimizer::State", "cannot save an empty state");
+      impl_->write(w);
+    }
+    void read(detail::Reader& r) {
+      if (!impl_) detail::fail("matopt::AnyOptimizer::State", "cannot load into an empty state");
+      impl_->read(r);
+    }
+
    private:
     friend class AnyOptimizer;
     std::unique_ptr<StateBase> impl_;
@@ -101,6 +116,7 @@ class AnyOptimizer {
     virtual void set_telemetry(Telemetry<T>) = 0;
     virtual T effective_lr(const State& s) const = 0;
     virtual std::string name() const = 0;
+    virtual std::string identity() const = 0;
     virtual std::string option_keys() const = 0;
     virtual std::size_t workspace_bytes() const = 0;
   };
@@ -161,6 +177,7 @@ class AnyOptimizer {
     }
     T effective_lr(const State& s) const override { return opt.effective_lr(typed(s)); }
     std::string name() const override { return opt.name(); }
+    std::string identity() const override { return Opt::identity(); }
     std::string option_keys() const override { return Opt::option_keys(); }
     std::size_t workspace_bytes() const override { return opt.workspace_bytes(); }
   };
@@ -195,6 +212,8 @@ class AnyOptimizer {
   void set_telemetry(Telemetry<T> t) { impl_->set_telemetry(std::move(t)); }
   T effective_lr(const State& s) const { return impl_->effective_lr(s); }
   std::string name() const { return impl_->name(); }
+  /// The wrapped optimizer's identity (checkpoints): states it made load only into the same kind.
+  std::string identity() const { return impl_->identity(); }
   std::string option_keys() const { return impl_->option_keys(); }
   std::size_t workspace_bytes() const { return impl_->workspace_bytes(); }
 

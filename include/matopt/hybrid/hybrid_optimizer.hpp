@@ -22,6 +22,7 @@
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/facade/any_optimizer.hpp"
+#include "matopt/serialization/checkpoint.hpp"
 
 namespace matopt {
 
@@ -138,6 +139,21 @@ class HybridOptimizer {
   AnyOptimizer<T>& matrix_optimizer() { return matrix_; }
   AnyOptimizer<T>& adamw() { return adamw_; }
 
+  /// Checkpoints (serialization/checkpoint.hpp's format): every parameter's name, route and optimizer state,
+  /// the skipped-step count and, with `parameters`, the parameters' values, so that a run resumes
+  /// bitwise. Loading checks names, routes, optimizers and shapes against this container's parameters and
+  /// changes nothing (state nor parameter) unless the whole file is valid. Atomic on write.
+  friend void save_checkpoint(const std::string& path, const HybridOptimizer& h, bool parameters = false) {
+    detail::write_file_atomically(path, h.checkpoint_bytes(parameters));
+  }
+  friend void save_checkpoint(std::ostream& os, const HybridOptimizer& h, bool parameters = false) {
+    const std::string bytes = h.checkpoint_bytes(parameters);
+    os.write(bytes.data(), std::streamsize(bytes.size()));
+    if (!os) throw std::runtime_error("matopt checkpoint: the stream failed while writing");
+  }
+  friend void load_checkpoint(const std::string& path, HybridOptimizer& h) { h.restore(detail::read_file(path)); }
+  friend void load_checkpoint(std::istream& is, HybridOptimizer& h) { h.restore(detail::read_stream(is)); }
+
   /// Bytes of all parameters' optimizer state plus both optimizers' workspaces.
   std::size_t state_bytes() const {
     std::size_t b = matrix_.workspace_bytes() + adamw_.workspace_bytes();
@@ -174,6 +190,75 @@ class HybridOptimizer {
       detail::fail("matopt::HybridOptimizer", what, ": parameter index ", i, " out of range (", params_.size(),
                    " parameters)");
     return params_[i];
+  }
+
+  static constexpr const char* checkpoint_identity = "matopt::HybridOptimizer";
+
+  std::string checkpoint_bytes(bool parameters) const {
+    detail::Writer w;
+    w.string(checkpoint_identity);
+    w.pod(std::uint64_t(params_.size()));
+    w.pod(std::uint8_t(parameters ? 1 : 0));
+    w.pod(std::int64_t(skipped_steps_));
+    for (const auto& p : params_) {
+      w.string(p.name);
+      w.pod(std::uint8_t(p.route));
+      w.string(optimizer(p.route).identity());
+      w.pod(std::int64_t(p.view.rows));
+      w.pod(std::int64_t(p.view.cols));
+      w.state(p.state);
+      if (parameters) w.bytes(p.view.data, std::size_t(p.view.rows * p.view.cols) * sizeof(T));
+    }
+    return detail::seal(w.data(), sizeof(T));
+  }
+
+  void restore(const std::string& file) {
+    using detail::Reader;
+    Reader r = detail::unseal(file, sizeof(T));
+    if (r.string("the identity") != checkpoint_identity) Reader::fail("not a HybridOptimizer checkpoint");
+    const auto n = r.pod<std::uint64_t>("the parameter count");
+    if (n != params_.size()) Reader::fail("the file holds ", n, " parameters but this optimizer has ", params_.size());
+    const auto with_values = r.pod<std::uint8_t>("the parameters flag");
+    if (with_values > 1) Reader::fail("bad parameters flag ", int(with_values));
+    const auto skipped = r.pod<std::int64_t>("the skipped-step count");
+    std::vector<typename AnyOptimizer<T>::State> states;
+    std::vector<T> values;
+    states.reserve(params_.size());
+    for (const auto& p : params_) {
+      const std::string name = r.string("a parameter name");
+      if (name != p.name) Reader::fail("parameter ", states.size(), " is '", name, "' in the file but '", p.name, "' here");
+      const auto route = r.pod<std::uint8_t>("a route");
+      if (route != std::uint8_t(p.route)) Reader::fail("parameter '", p.name, "' was routed differently when saved");
+      const std::string id = r.string("an optimizer identity");
+      if (id != optimizer(p.route).identity())
+        Reader::fail("parameter '", p.name, "' was stepped by '", id, "' but is now stepped by '",
+                     optimizer(p.route).identity(), "'");
+      const auto rows = r.pod<std::int64_t>("a shape"), cols = r.pod<std::int64_t>("a shape");
+      if (rows != p.view.rows || cols != p.view.cols)
+        Reader::fail("parameter '", p.name, "' is ", rows, "x", cols, " in the file but ", p.view.rows, "x",
+                     p.view.cols, " here");
+      states.push_back(p.state);
+      r.state(states.back());
+      if (with_values) {
+        const auto count = std::size_t(rows * cols);
+        if (count * sizeof(T) > r.left()) Reader::fail("truncated in the values of parameter '", p.name, "'");
+        const std::size_t at = values.size();
+        values.resize(at + count);
+        r.bytes(values.data() + at, count * sizeof(T), "parameter values");
+      }
+    }
+    if (r.left() != 0) Reader::fail(r.left(), " unread bytes after the last parameter");
+    // Everything was read: commit.
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      params_[i].state = std::move(states[i]);
+      if (with_values) {
+        const auto count = std::size_t(params_[i].view.rows * params_[i].view.cols);
+        if (count != 0) std::memcpy(params_[i].view.data, values.data() + at, count * sizeof(T));
+        at += count;
+      }
+    }
+    skipped_steps_ = skipped;
   }
 
   void validate_group(const Group& g) const {
