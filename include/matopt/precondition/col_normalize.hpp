@@ -31,7 +31,8 @@ struct ColNormalize {
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
     auto scale = ws.scale.vector(u.cols());
-    scale.noalias() = u.colwise().norm().transpose();
+    scale.noalias() = u.colwise().squaredNorm().transpose();
+    for (Index j = 0; j < u.cols(); ++j) scale(j) = detail::rescaled_norm(u.col(j), scale(j));
     scale = scale.cwiseMax(T(o.eps)).cwiseInverse();
     sink(u * scale.asDiagonal());
   }

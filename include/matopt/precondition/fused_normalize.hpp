@@ -18,9 +18,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <Eigen/Core>
 
+#include "matopt/core/norms.hpp"
 #include "matopt/core/parallel.hpp"
 #include "matopt/momentum/momentum.hpp"
 
@@ -45,7 +47,8 @@ void fused_normalize_along(T* w, const T* g, T* v, Index lines, Index len, const
     for (Index l = b * block; l < end; ++l) {
       Line wl(w + l * len, len), vl(v + l * len, len);
       ConstLine gl(g + l * len, len);
-      const T norm = std::sqrt((f.c.u_g * gl + f.c.u_v * vl).square().sum());
+      const auto u = f.c.u_g * gl + f.c.u_v * vl;
+      const T norm = rescaled_norm(u, u.square().sum());
       const T scale = f.step / std::max(norm, f.eps);
       wl = f.keep * wl - scale * (f.c.u_g * gl + f.c.u_v * vl);
       vl = f.c.v_v * vl + f.c.v_g * gl;
@@ -70,9 +73,20 @@ void fused_normalize_across(T* w, const T* g, T* v, Index lines, Index len, cons
       const Index at = l * len + k0;
       sumsq += (f.c.u_g * ConstSeg(g + at, n) + f.c.u_v * Seg(v + at, n)).square();
     }
+    Eigen::Array<T, max_width, 1> norm_buf;
+    auto norm = norm_buf.head(n);
+    norm = sumsq.sqrt();
+    // Columns whose sum of squares left the normal range: recompute rescaled (rare; norms.hpp).
+    for (Index k = 0; k < n; ++k) {
+      if (normal_sumsq(sumsq(k))) continue;
+      using Strided = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>>;
+      const Strided gk(g + k0 + k, lines, Eigen::InnerStride<>(len));
+      const Strided vk(v + k0 + k, lines, Eigen::InnerStride<>(len));
+      norm(k) = rescaled_norm(f.c.u_g * gk + f.c.u_v * vk, sumsq(k));
+    }
     Eigen::Array<T, max_width, 1> scale_buf;
     auto scale = scale_buf.head(n);
-    scale = f.step / sumsq.sqrt().max(f.eps);
+    scale = f.step / norm.max(f.eps);
     for (Index l = 0; l < lines; ++l) {
       const Index at = l * len + k0;
       Seg wl(w + at, n), vl(v + at, n);

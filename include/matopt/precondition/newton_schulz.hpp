@@ -20,6 +20,7 @@
 
 #include "matopt/core/engine.hpp"
 #include "matopt/core/errors.hpp"
+#include "matopt/core/norms.hpp"
 #include "matopt/core/parse.hpp"
 #include "matopt/core/workspace.hpp"
 #include "matopt/precondition/schedule.hpp"
@@ -96,7 +97,7 @@ struct NewtonSchulz {
   template <class T>
   static detail::ColMap<T> run(Index r, Index s, const Options& o, Workspace<T>& ws) {
     detail::ColMap<T> x = ws.x.matrix(r, s);
-    x *= T(1) / (T(o.schedule.safety) * x.norm() + T(o.schedule.eps));
+    x *= T(1) / (T(o.schedule.safety) * detail::robust_norm(x) + T(o.schedule.eps));
     if (r == 0 || s == 0) return x;
     if (uses_gram(o, r, s)) return run_gram(r, s, o, ws);
     return run_plain(r, s, o.schedule, ws);

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "matopt/core/errors.hpp"
+#include "matopt/core/norms.hpp"
 #include "matopt/core/parse.hpp"
 #include "matopt/core/workspace.hpp"
 #include "matopt/precondition/fused_normalize.hpp"
@@ -50,7 +51,8 @@ struct RowNormalize {
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
     auto scale = ws.scale.vector(u.rows());
-    scale.noalias() = u.rowwise().norm();
+    scale.noalias() = u.rowwise().squaredNorm();
+    for (Index i = 0; i < u.rows(); ++i) scale(i) = detail::rescaled_norm(u.row(i), scale(i));
     scale = scale.cwiseMax(T(o.eps)).cwiseInverse();
     sink(scale.asDiagonal() * u);
   }

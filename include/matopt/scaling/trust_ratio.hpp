@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "matopt/core/errors.hpp"
+#include "matopt/core/norms.hpp"
 #include "matopt/core/parse.hpp"
 #include "matopt/scaling/shape.hpp"
 
@@ -104,11 +105,11 @@ struct TrustRatio {
     const Index m = w.rows(), n = w.cols();
     const T s = T(factor(o, m, n));
     const auto d = lambda * w + s * q;  // D' (an expression: evaluated twice, never stored)
-    const T w_norm = w.norm();
+    const T w_norm = detail::robust_norm(w);
     T r;
     if constexpr (std::is_same_v<Ratio, trust::OrScale>) {
       const T eps = T(o.eps);
-      const T d_norm = d.norm();
+      const T d_norm = detail::robust_norm(d);
       T c = st.calibration;
       if (o.calibrate && !st.calibrated) {
         c = (w_norm >= eps && d_norm >= eps)
@@ -119,7 +120,7 @@ struct TrustRatio {
       }
       r = std::clamp(w_norm / (c * d_norm + eps), T(o.clip_min), T(o.clip_max));
     } else {
-      const T g_norm = g.norm();
+      const T g_norm = detail::robust_norm(g);
       r = (w_norm > T(0) && g_norm > T(0)) ? T(o.trust_coefficient) * w_norm / (g_norm + lambda * w_norm)
                                           : T(1);
     }

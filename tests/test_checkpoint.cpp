@@ -1,0 +1,330 @@
+// Checkpoints (issue: reliability): round trips that resume bitwise for every preset and composition,
+// rejection of truncated, corrupted, wrong-version, wrong-type, wrong-optimizer and wrong-shape files with
+// the live state unchanged, and kill-and-resume with real processes (fork + SIGKILL).
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include <doctest/doctest.h>
+
+#include <matopt/matopt.hpp>
+
+#include "test_support.hpp"
+
+using namespace matopt;
+using matopt::test::randn;
+using matopt::test::RowMat;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/matopt-test-" + std::to_string(::getpid()) + "-" + name;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream is(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(is), std::istreambuf_iterator<char>());
+}
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream os(path, std::ios::binary | std::ios::trunc);
+  os.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+/// A deterministic gradient of step k for parameter i: the gradient of 1/2 ||W - target||^2 plus noise.
+template <class M>
+M gradient(const M& w, int k, int i) {
+  return w - randn<M>(w.rows(), w.cols(), unsigned(1000 + i)) +
+         typename M::Scalar(0.1) * randn<M>(w.rows(), w.cols(), unsigned(k * 31 + i));
+}
+
+/// Steps `opt` k times from step `from`, for parameters ws with states.
+template <class Opt, class M>
+void train(Opt& opt, std::vector<M>& ws, std::vector<typename Opt::State>& states, int from, int to) {
+  for (int k = from; k < to; ++k)
+    for (std::size_t i = 0; i < ws.size(); ++i) opt.step(ws[i], gradient(ws[i], k, int(i)), states[i]);
+}
+
+/// Save after 3 steps, go on 4 more; load into fresh states with the saved W, go on 4 more: bitwise equal.
+template <class Opt>
+void round_trip(Opt opt) {
+  using T = typename Opt::Scalar;
+  using M = RowMat<T>;
+  CAPTURE(Opt::identity());
+  std::vector<M> ws{randn<M>(9, 6, 1), randn<M>(5, 12, 2), randn<M>(1, 7, 3)};
+  std::vector<typename Opt::State> states;
+  for (auto& w : ws) states.push_back(opt.make_state(w));
+  train(opt, ws, states, 0, 3);
+  std::stringstream file;
+  save_checkpoint(file, opt, states);
+  const std::vector<M> ws_saved = ws;
+  train(opt, ws, states, 3, 7);
+
+  Opt fresh(opt.options());
+  std::vector<M> ws2 = ws_saved;
+  std::vector<typename Opt::State> states2;
+  for (auto& w : ws2) states2.push_back(fresh.make_state(w));
+  load_checkpoint(file, fresh, states2);
+  train(fresh, ws2, states2, 3, 7);
+  for (std::size_t i = 0; i < ws.size(); ++i) CHECK(ws2[i] == ws[i]);
+  for (std::size_t i = 0; i < ws.size(); ++i) CHECK(states2[i].steps == states[i].steps);
+}
+
+using CappedMuon = Optimizer<float, Orthogonalize<>, Momentum<Ema, Nesterov>, SpectralCap<Static<>>>;
+using AdaptiveRmnp = Optimizer<double, Adaptive<>, Momentum<Sum, Nesterov>, Static<>>;
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("checkpoint round trips resume bitwise", T, float, double) {
+  round_trip(Muon<T>{});
+  round_trip(MoonlightMuon<T>{});
+  round_trip(RMNP<T>{});
+  round_trip(ColNorm<T>{});
+  round_trip(OrScale<T>{});  // calibration and last trust ratio
+  round_trip(AdamW<T>{});    // step counts (bias corrections)
+}
+
+TEST_CASE("checkpoint round trips for compositions: spectral cap vectors, adaptive choice") {
+  round_trip(CappedMuon{});
+  typename AdaptiveRmnp::Options o;
+  o.precondition.every = 2;
+  round_trip(AdaptiveRmnp(o));
+}
+
+TEST_CASE("bad checkpoints are rejected with a clear error and change nothing") {
+  using M = RowMat<float>;
+  Muon<float> opt;
+  std::vector<M> ws{randn<M>(6, 4, 1), randn<M>(3, 5, 2)};
+  std::vector<Muon<float>::State> states;
+  for (auto& w : ws) states.push_back(opt.make_state(w));
+  train(opt, ws, states, 0, 2);
+  std::stringstream ss;
+  save_checkpoint(ss, opt, states);
+  const std::string good = ss.str();
+  train(opt, ws, states, 2, 3);  // the live state moves on
+  const auto live = states;
+
+  auto rejects = [&](const std::string& bytes, const std::string& message) {
+    CAPTURE(message);
+    std::istringstream is(bytes);
+    CHECK_THROWS_WITH_AS(load_checkpoint(is, opt, states), doctest::Contains(message.c_str()), CheckpointError);
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      CHECK(states[i].momentum == live[i].momentum);
+      CHECK(states[i].steps == live[i].steps);
+    }
+  };
+  for (std::size_t cut : {std::size_t(0), std::size_t(10), std::size_t(40), good.size() / 2, good.size() - 1})
+    rejects(good.substr(0, cut), "truncated");
+  std::string bad = good;
+  bad[good.size() - 5] ^= 0x10;
+  rejects(bad, "checksum mismatch");
+  bad = good;
+  bad[0] = 'X';
+  rejects(bad, "bad magic");
+  bad = good;
+  bad[8] = 9;  // version 9
+  rejects(bad, "version 9 is not supported");
+  rejects(good + "extra", "trailing bytes");
+
+  {  // another scalar type
+    Muon<double> dopt;
+    std::vector<Muon<double>::State> ds;
+    for (auto& w : ws) ds.push_back(dopt.make_state(RowMat<double>(w.cast<double>())));
+    std::stringstream d;
+    save_checkpoint(d, dopt, ds);
+    rejects(d.str(), "scalar type mismatch: the file holds double state");
+  }
+  {  // another optimizer
+    RMNP<float> r;
+    std::vector<RMNP<float>::State> rs;
+    for (auto& w : ws) rs.push_back(r.make_state(w));
+    std::stringstream d;
+    save_checkpoint(d, r, rs);
+    rejects(d.str(), "written by optimizer 'matopt::RMNP<RowNormalize, Sum, Static>'");
+  }
+  {  // other shapes, and another number of parameters
+    std::vector<M> other{randn<M>(4, 6, 1), randn<M>(3, 5, 2)};
+    std::vector<Muon<float>::State> os;
+    for (auto& w : other) os.push_back(opt.make_state(w));
+    std::stringstream d;
+    save_checkpoint(d, opt, os);
+    rejects(d.str(), "field 'rows' is 4 in the file but 6 in the live state");
+    std::stringstream one;
+    save_checkpoint(one, opt, std::vector<Muon<float>::State>{os[1]});
+    rejects(one.str(), "the file holds 1 parameter states but 2 were given");
+  }
+  CHECK_THROWS_WITH_AS(load_checkpoint(temp_path("missing"), opt, states), doctest::Contains("cannot open"),
+                       CheckpointError);
+}
+
+TEST_CASE("hybrid checkpoints: states, skipped-step count and parameter values; mismatches rejected") {
+  using M = RowMat<float>;
+  M w1 = randn<M>(8, 6, 1), b1 = randn<M>(1, 6, 2), head = randn<M>(3, 6, 3);
+  auto make = [](M& w1_, M& b1_, M& head_) {
+    HybridOptimizer<float> h(make_optimizer<float>("orscale"));
+    h.add("fc.weight", view(w1_));
+    h.add("fc.bias", view(b1_));
+    h.add("head.weight", view(head_), Role::Head);
+    return h;
+  };
+  auto h = make(w1, b1, head);
+  auto step = [&](HybridOptimizer<float>& opt, M& a, M& b, M& c, int k) {
+    const M ga = gradient(a, k, 0), gb = gradient(b, k, 1), gc = gradient(c, k, 2);
+    opt.step({view(ga), view(gb), view(gc)});
+  };
+  for (int k = 0; k < 3; ++k) step(h, w1, b1, head, k);
+  const std::string path = temp_path("hybrid.ckpt");
+  save_checkpoint(path, h, /*parameters=*/true);
+  for (int k = 3; k < 6; ++k) step(h, w1, b1, head, k);
+
+  M w1b = M::Zero(8, 6), b1b = M::Zero(1, 6), headb = M::Zero(3, 6);  // values come from the file
+  auto h2 = make(w1b, b1b, headb);
+  load_checkpoint(path, h2);
+  for (int k = 3; k < 6; ++k) step(h2, w1b, b1b, headb, k);
+  CHECK(w1b == w1);
+  CHECK(b1b == b1);
+  CHECK(headb == head);
+
+  // A model whose parameter was renamed, or stepped by another optimizer: rejected, nothing changed.
+  M x1 = w1, x2 = b1, x3 = head;
+  HybridOptimizer<float> renamed(make_optimizer<float>("orscale"));
+  renamed.add("fc.w", view(x1));
+  renamed.add("fc.bias", view(x2));
+  renamed.add("head.weight", view(x3), Role::Head);
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, renamed), doctest::Contains("is 'fc.weight' in the file but 'fc.w' here"),
+                       CheckpointError);
+  CHECK(x1 == w1);
+  HybridOptimizer<float> muon(make_optimizer<float>("muon"));
+  muon.add("fc.weight", view(x1));
+  muon.add("fc.bias", view(x2));
+  muon.add("head.weight", view(x3), Role::Head);
+  CHECK_THROWS_WITH_AS(load_checkpoint(path, muon), doctest::Contains("but is now stepped by"), CheckpointError);
+  CHECK(x1 == w1);
+  std::remove(path.c_str());
+}
+
+namespace {
+// The training job of the kill-and-resume test: Muon hidden matrices and AdamW vectors in a hybrid, a
+// checkpoint (with parameters) after every step.
+struct Job {
+  RowMat<float> w1 = randn<RowMat<float>>(24, 16, 1), w2 = randn<RowMat<float>>(16, 24, 2);
+  RowMat<float> b = randn<RowMat<float>>(1, 16, 3);
+  HybridOptimizer<float> opt{make_optimizer<float>("muon")};
+  Job() {
+    opt.add("w1", view(w1));
+    opt.add("w2", view(w2));
+    opt.add("b", view(b));
+  }
+  void step(int k) {
+    const RowMat<float> g1 = gradient(w1, k, 0), g2 = gradient(w2, k, 1), gb = gradient(b, k, 2);
+    opt.step({view(g1), view(g2), view(gb)});
+  }
+};
+constexpr int kSteps = 12;
+
+/// A forked child must not use the parent's OpenMP thread pool (it does not exist there).
+void single_threaded_child() {
+#if defined(_OPENMP)
+  omp_set_num_threads(1);
+#endif
+  Eigen::setNbThreads(1);
+}
+
+/// Runs `child` in a forked process and returns its wait status.
+template <class F>
+int in_child(F&& child) {
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    single_threaded_child();
+    child();
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return status;
+}
+}  // namespace
+
+TEST_CASE("kill and resume: a job killed between steps resumes to the uninterrupted run's weights") {
+  Job reference;
+  for (int k = 0; k < kSteps; ++k) reference.step(k);
+
+  const std::string path = temp_path("job.ckpt");
+  std::remove(path.c_str());
+  const int kill_after = 7;
+  const int status = in_child([&] {
+    Job job;
+    for (int k = 0; k < kSteps; ++k) {
+      job.step(k);
+      save_checkpoint(path, job.opt, true);
+      if (k + 1 == kill_after) ::raise(SIGKILL);  // killed between steps
+    }
+  });
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+
+  Job resumed;  // fresh process state: initial weights, zero momentum
+  load_checkpoint(path, resumed.opt);
+  for (int k = kill_after; k < kSteps; ++k) resumed.step(k);
+  CHECK(resumed.w1 == reference.w1);
+  CHECK(resumed.w2 == reference.w2);
+  CHECK(resumed.b == reference.b);
+
+  SUBCASE("a checkpoint truncated mid-write is rejected; the job resumes from the previous one") {
+    // A non-atomic writer killed mid-write leaves a prefix: write one at a second path.
+    const std::string torn = temp_path("torn.ckpt");
+    const std::string full = slurp(path);
+    spit(torn, full.substr(0, full.size() * 2 / 3));
+    Job job;
+    const RowMat<float> w1_before = job.w1;
+    CHECK_THROWS_WITH_AS(load_checkpoint(torn, job.opt), doctest::Contains("truncated"), CheckpointError);
+    CHECK(job.w1 == w1_before);  // nothing was changed
+    load_checkpoint(path, job.opt);
+    for (int k = kill_after; k < kSteps; ++k) job.step(k);
+    CHECK(job.w1 == reference.w1);
+    std::remove(torn.c_str());
+  }
+  SUBCASE("killed while writing: the file on disk is always a complete checkpoint") {
+    // A large state written over and over; the parent kills the writer at an arbitrary moment.
+    using Big = RowMat<float>;
+    const std::string big_path = temp_path("big.ckpt");
+    Big w = randn<Big>(512, 512, 7);
+    RMNP<float> rmnp;
+    std::vector<RMNP<float>::State> st{rmnp.make_state(w)};
+    save_checkpoint(big_path, rmnp, st);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      single_threaded_child();
+      for (int k = 0;; ++k) {
+        rmnp.step(w, gradient(w, k, 0), st[0]);
+        save_checkpoint(big_path, rmnp, st);
+      }
+    }
+    ::usleep(300 * 1000);
+    ::kill(pid, SIGKILL);
+    int s = 0;
+    ::waitpid(pid, &s, 0);
+    CHECK(WIFSIGNALED(s));
+    std::vector<RMNP<float>::State> loaded{rmnp.make_state(w)};
+    CHECK_NOTHROW(load_checkpoint(big_path, rmnp, loaded));
+    CHECK(loaded[0].momentum.allFinite());
+    std::remove(big_path.c_str());
+    // The killed writer's temporary file may remain beside it; it is never read.
+    std::remove((big_path + ".tmp." + std::to_string(pid)).c_str());
+  }
+  std::remove(path.c_str());
+}
