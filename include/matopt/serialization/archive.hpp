@@ -73,7 +73,7 @@ class Writer {
   template <class S>
   void state(const S& s) {
     if constexpr (has_write_v<S>) s.write(*this);
-    else const_cast<S&>(s).fields([this](const char* name, auto& v) { field(name, v); });
+    else const_cast<S&>(s).fields([&](const char* name, auto& v) { field(name, v); });
   }
 
   template <class V>
@@ -131,7 +131,7 @@ class Reader {
   template <class S>
   void state(S& s) {
     if constexpr (has_write_v<S>) s.read(*this);
-    else s.fields([this](const char* name, auto& v) { field(name, v); });
+    else s.fields([&](const char* name, auto& v) { field(name, v); });
   }
 
   template <class V>
