@@ -6,6 +6,8 @@
 //   BM_NS/<schedule>/m/n           Newton–Schulz alone (5 steps), naive FLOP/s (20 r^2 s + 10 r^3)
 //   BM_Step/<preset>/m/n           one full optimizer step (momentum, preconditioner, update)
 //   BM_StepBatch/<preset>/count/m/n  `count` same-shape matrices through the batched step
+//   (presets: muon, moonlight_muon, orscale, rmnp, colnorm on row-major; rmnp_colmajor, colnorm_colmajor;
+//    compositions muon_spectral_cap, rmnp_adaptive)
 #include <algorithm>
 #include <vector>
 
@@ -70,11 +72,11 @@ void BM_NS(benchmark::State& bs) {
   rate(bs, "flops", ns_flops(double(m), double(n), o.schedule.steps));
 }
 
-template <class Opt>
+template <class Opt, class M = Mat>
 void BM_Step(benchmark::State& bs) {
   const Index m = bs.range(0), n = bs.range(1);
   Opt opt;
-  Mat w = Mat::Random(m, n), g = Mat::Random(m, n);
+  M w = M::Random(m, n), g = M::Random(m, n);
   auto state = opt.make_state(w);
   for (auto _ : bs) {
     opt.step(w, g, state);
@@ -127,6 +129,16 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_Step/orscale", BM_Step<mo::OrScale<float>>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/rmnp", BM_Step<mo::RMNP<float>>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/colnorm", BM_Step<mo::ColNorm<float>>)->Apply(shapes);
+  // Storage order: the other fused kernel shape (ColNormalize along columns, RowNormalize across lines).
+  using ColMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
+  benchmark::RegisterBenchmark("BM_Step/rmnp_colmajor", BM_Step<mo::RMNP<float>, ColMat>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/colnorm_colmajor", BM_Step<mo::ColNorm<float>, ColMat>)->Apply(shapes);
+  // Compositions: Muon with the spectral cap (spec §5), RMNP/Muon adaptive (checks every 100 steps).
+  using CappedMuon = mo::Optimizer<float, mo::Orthogonalize<>, mo::Momentum<mo::Ema, mo::Nesterov>,
+                                   mo::SpectralCap<mo::Static<>>>;
+  using AdaptiveRmnp = mo::Optimizer<float, mo::Adaptive<>, mo::Momentum<mo::Sum, mo::Nesterov>, mo::Static<>>;
+  benchmark::RegisterBenchmark("BM_Step/muon_spectral_cap", BM_Step<CappedMuon>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/rmnp_adaptive", BM_Step<AdaptiveRmnp>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_StepBatch/muon", BM_StepBatch<mo::Muon<float>>)
       ->ArgNames({"count", "m", "n"})->Args({64, 256, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("BM_StepBatch/rmnp", BM_StepBatch<mo::RMNP<float>>)

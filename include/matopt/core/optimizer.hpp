@@ -330,7 +330,7 @@ class Optimizer {
       if (detail::is_contiguous(w) && detail::is_contiguous(g)) {
         const auto k = Scaling::coefficients(options_.scaling, lr, lambda, w.rows(), w.cols());
         Preconditioner::template fused_step<layout>(w.data(), g.data(), state.momentum.data(), w.rows(), w.cols(),
-                                                    {c, T(options_.precondition.eps), k.keep, k.step});
+                                                    {c, T(options_.precondition.eps), k.keep, k.step}, ws);
         ++state.steps;
         return;
       }

@@ -13,14 +13,16 @@ struct ColNormalize {
   using Options = detail::NormalizeOptions;
   template <class T>
   struct Workspace {
-    detail::Buffer<T> scale;  // 1 / max(||U_{:,j}||, eps), one per column
-    std::size_t bytes() const { return scale.bytes(); }
+    detail::Buffer<T> scale;    // 1 / max(||U_{:,j}||, eps), one per column
+    detail::Buffer<T> partial;  // fused step on row-major storage: partial sums of squares
+    std::size_t bytes() const { return scale.bytes() + partial.bytes(); }
   };
 
   static constexpr const char* name() { return "ColNormalize"; }
   template <class T>
-  static void reserve(Workspace<T>& ws, const Options&, Index, Index n) {
+  static void reserve(Workspace<T>& ws, const Options&, Index m, Index n) {
     ws.scale.reserve(n);
+    ws.partial.reserve(n * detail::across_blocks(m));
   }
   static void validate(const Options& o, std::string_view where) { detail::validate_normalize(o, where); }
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
@@ -40,11 +42,12 @@ struct ColNormalize {
   /// The whole step in one pass (Static scaling, contiguous W, G, V of layout L): see fused_normalize.hpp.
   static constexpr bool has_fused_step = true;
   template <Layout L, class T>
-  static void fused_step(T* w, const T* g, T* v, Index m, Index n, const detail::FusedStep<T>& f) {
+  static void fused_step(T* w, const T* g, T* v, Index m, Index n, const detail::FusedStep<T>& f,
+                         Workspace<T>& ws) {
     if constexpr (L == Layout::ColMajor)
       detail::fused_normalize_along(w, g, v, n, m, f);
     else
-      detail::fused_normalize_across(w, g, v, m, n, f);
+      detail::fused_normalize_across(w, g, v, m, n, f, ws.partial.data(), ws.scale.data());
   }
 };
 

@@ -11,9 +11,10 @@
 //  - along:  each line is one normalized vector (RowNormalize on row-major, ColNormalize on column-major).
 //            Per line: its norm, then the update while the line is still in cache.
 //  - across: normalized vector k is element k of every line (RowNormalize on column-major, ColNormalize on
-//            row-major). Per panel of consecutive k: norms over all lines, then the update; the panel width
-//            is chosen so the panel stays in L2 between the two sweeps.
-// Pieces (line blocks, panels) depend only on the shape, never on the thread count: results are bitwise
+//            row-major). No norm is known before every line has been read, so two streaming sweeps: sums of
+//            squares (reading G, V: 8 bytes per fp32 element), then the update (20 bytes), 28 in all; the
+//            bound is 20/28 = 0.71 of streaming bandwidth unless the matrix fits in cache.
+// Pieces (line blocks, partial-sum blocks) depend only on the shape, never on the thread count: results are bitwise
 // identical for any number of threads.
 
 #include <algorithm>
@@ -56,42 +57,49 @@ void fused_normalize_along(T* w, const T* g, T* v, Index lines, Index len, const
   });
 }
 
+/// Pieces of the first sweep of fused_normalize_across: a fixed count (never the thread count).
+inline Index across_blocks(Index lines) { return std::min<Index>(lines, 16); }
+
+/// `partial` holds len * across_blocks(lines) elements, `scale` len.
 template <class T>
-void fused_normalize_across(T* w, const T* g, T* v, Index lines, Index len, const FusedStep<T>& f) {
+void fused_normalize_across(T* w, const T* g, T* v, Index lines, Index len, const FusedStep<T>& f, T* partial,
+                            T* scale) {
   using Seg = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
   using ConstSeg = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-  // Panel width: the panel of G, V, W (3 * lines * width elements) fits in ~768 KiB of L2; a multiple of 16.
-  constexpr Index max_width = 256;
-  const Index budget = Index(768 * 1024) / (3 * Index(sizeof(T)) * std::max<Index>(lines, 1));
-  const Index width = std::clamp<Index>(budget / 16 * 16, 16, max_width);
-  parallel_for((len + width - 1) / width, [&](Index p) {
-    const Index k0 = p * width, n = std::min(width, len - k0);
-    Eigen::Array<T, max_width, 1> sumsq_buf;
-    auto sumsq = sumsq_buf.head(n);
-    sumsq.setZero();
-    for (Index l = 0; l < lines; ++l) {
-      const Index at = l * len + k0;
-      sumsq += (f.c.u_g * ConstSeg(g + at, n) + f.c.u_v * Seg(v + at, n)).square();
+  if (lines == 0 || len == 0) return;
+  // Sweep 1 (reads G, V): per block of lines, the partial sums of squares of U for every vector k.
+  const Index blocks = across_blocks(lines), per_block = (lines + blocks - 1) / blocks;
+  parallel_for(blocks, [&](Index b) {
+    Seg acc(partial + b * len, len);
+    acc.setZero();
+    for (Index l = b * per_block; l < std::min(lines, (b + 1) * per_block); ++l)
+      acc += (f.c.u_g * ConstSeg(g + l * len, len) + f.c.u_v * ConstSeg(v + l * len, len)).square();
+  });
+  // The blocks' sums in a fixed order, then the scale step / max(||U_k||, eps) of each vector.
+  constexpr Index chunk = 1024;
+  parallel_for((len + chunk - 1) / chunk, [&](Index c) {
+    const Index k0 = c * chunk, n = std::min(chunk, len - k0);
+    Seg sum(scale + k0, n);
+    sum = ConstSeg(partial + k0, n);
+    for (Index b = 1; b < blocks; ++b) sum += ConstSeg(partial + b * len + k0, n);
+    for (Index k = k0; k < k0 + n; ++k) {
+      T norm = std::sqrt(scale[k]);
+      if (!normal_sumsq(scale[k])) {  // left the normal range: recompute rescaled (rare; norms.hpp)
+        using Strided = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>>;
+        const Strided gk(g + k, lines, Eigen::InnerStride<>(len)), vk(v + k, lines, Eigen::InnerStride<>(len));
+        norm = rescaled_norm(f.c.u_g * gk + f.c.u_v * vk, scale[k]);
+      }
+      scale[k] = f.step / std::max(norm, f.eps);
     }
-    Eigen::Array<T, max_width, 1> norm_buf;
-    auto norm = norm_buf.head(n);
-    norm = sumsq.sqrt();
-    // Columns whose sum of squares left the normal range: recompute rescaled (rare; norms.hpp).
-    for (Index k = 0; k < n; ++k) {
-      if (normal_sumsq(sumsq(k))) continue;
-      using Strided = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>>;
-      const Strided gk(g + k0 + k, lines, Eigen::InnerStride<>(len));
-      const Strided vk(v + k0 + k, lines, Eigen::InnerStride<>(len));
-      norm(k) = rescaled_norm(f.c.u_g * gk + f.c.u_v * vk, sumsq(k));
-    }
-    Eigen::Array<T, max_width, 1> scale_buf;
-    auto scale = scale_buf.head(n);
-    scale = f.step / norm.max(f.eps);
-    for (Index l = 0; l < lines; ++l) {
-      const Index at = l * len + k0;
-      Seg wl(w + at, n), vl(v + at, n);
-      ConstSeg gl(g + at, n);
-      wl = f.keep * wl - scale * (f.c.u_g * gl + f.c.u_v * vl);
+  });
+  // Sweep 2 (reads G, V, W; writes W, V): the update, line by line.
+  const ConstSeg sc(scale, len);
+  constexpr Index line_block = 16;
+  parallel_for((lines + line_block - 1) / line_block, [&](Index b) {
+    for (Index l = b * line_block; l < std::min(lines, (b + 1) * line_block); ++l) {
+      Seg wl(w + l * len, len), vl(v + l * len, len);
+      ConstSeg gl(g + l * len, len);
+      wl = f.keep * wl - sc * (f.c.u_g * gl + f.c.u_v * vl);
       vl = f.c.v_v * vl + f.c.v_g * gl;
     }
   });

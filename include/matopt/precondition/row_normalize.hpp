@@ -33,14 +33,16 @@ struct RowNormalize {
   using Options = detail::NormalizeOptions;
   template <class T>
   struct Workspace {
-    detail::Buffer<T> scale;  // 1 / max(||U_i||, eps), one per row
-    std::size_t bytes() const { return scale.bytes(); }
+    detail::Buffer<T> scale;    // 1 / max(||U_i||, eps), one per row
+    detail::Buffer<T> partial;  // fused step on column-major storage: partial sums of squares
+    std::size_t bytes() const { return scale.bytes() + partial.bytes(); }
   };
 
   static constexpr const char* name() { return "RowNormalize"; }
   template <class T>
-  static void reserve(Workspace<T>& ws, const Options&, Index m, Index) {
+  static void reserve(Workspace<T>& ws, const Options&, Index m, Index n) {
     ws.scale.reserve(m);
+    ws.partial.reserve(m * detail::across_blocks(n));
   }
   static void validate(const Options& o, std::string_view where) { detail::validate_normalize(o, where); }
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
@@ -60,11 +62,12 @@ struct RowNormalize {
   /// The whole step in one pass (Static scaling, contiguous W, G, V of layout L): see fused_normalize.hpp.
   static constexpr bool has_fused_step = true;
   template <Layout L, class T>
-  static void fused_step(T* w, const T* g, T* v, Index m, Index n, const detail::FusedStep<T>& f) {
+  static void fused_step(T* w, const T* g, T* v, Index m, Index n, const detail::FusedStep<T>& f,
+                         Workspace<T>& ws) {
     if constexpr (L == Layout::RowMajor)
       detail::fused_normalize_along(w, g, v, m, n, f);
     else
-      detail::fused_normalize_across(w, g, v, n, m, f);
+      detail::fused_normalize_across(w, g, v, n, m, f, ws.partial.data(), ws.scale.data());
   }
 };
 
