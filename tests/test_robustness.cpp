@@ -77,19 +77,22 @@ TEST_CASE_TEMPLATE("row and column norms at extreme magnitudes: unit rows/column
 
 TEST_CASE_TEMPLATE("Newton-Schulz and trust ratios are scale invariant up to extreme magnitudes", T, float, double) {
   using M = Eigen::Matrix<T, -1, -1>;
-  const M u = randn(6, 9, 2).cast<T>();
+  const M u = randn(6, 9, 2).template cast<T>();
   const M base = precondition<Orthogonalize<>, T>(u);
-  for (double scale : extreme_scales<T>()) {
-    CAPTURE(scale);
-    const M d = precondition<Orthogonalize<>, T>(M((u.template cast<double>() * scale).template cast<T>()));
-    REQUIRE(d.allFinite());
-    CHECK(rel_error(d, base) < 1e-4);
-  }
+  const double huge = extreme_scales<T>()[0], tiny = extreme_scales<T>()[1];
+  const M d_huge = precondition<Orthogonalize<>, T>(M((u.template cast<double>() * huge).template cast<T>()));
+  REQUIRE(d_huge.allFinite());
+  CHECK(rel_error(d_huge, base) < 1e-4);
+  // Far below NS eps (1e-7, as the reference implementations): X = U / (||U|| + eps) ~ U / eps, so the
+  // output is tiny, not orthogonal (documented in docs/reliability.md); finite, never NaN.
+  const M d_tiny = precondition<Orthogonalize<>, T>(M((u.template cast<double>() * tiny).template cast<T>()));
+  CHECK(d_tiny.allFinite());
+  CHECK(double(d_tiny.norm()) < 1e-3);
   // OrScale: W and G both huge -> ratio finite, update finite.
   OrScale<T> opt;
-  M w = (randn(6, 9, 3) * extreme_scales<T>()[0]).cast<T>();
+  M w = (randn(6, 9, 3) * huge).template cast<T>();
   auto st = opt.make_state(w);
-  opt.step(w, M((randn(6, 9, 4) * extreme_scales<T>()[0]).cast<T>()), st);
+  opt.step(w, M((randn(6, 9, 4) * huge).template cast<T>()), st);
   CHECK(w.allFinite());
   CHECK(std::isfinite(double(st.scaling.last_ratio)));
 }

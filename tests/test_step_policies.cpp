@@ -191,6 +191,29 @@ TEST_CASE_TEMPLATE("telemetry: every K-th step, U and the update as computed dir
   opt.step(w, g, st);
   CHECK(steps.size() == 2);
 
+  // The batched step reports the same steps and steps each parameter exactly once.
+  {
+    Muon<T> batched, single;
+    std::vector<M> ws{randn<M>(6, 7, 5), randn<M>(8, 3, 6)}, ws_single = ws;
+    std::vector<typename Muon<T>::State> sb, ss;
+    for (auto& x : ws) sb.push_back(batched.make_state(x));
+    for (auto& x : ws_single) ss.push_back(single.make_state(x));
+    int reports = 0;
+    batched.set_telemetry({2, [&](const StepReport<T>&) { ++reports; }});
+    const std::vector<M> gs{randn<M>(6, 7, 7), randn<M>(8, 3, 8)};
+    std::vector<MatrixView<T>> pv{view(ws[0]), view(ws[1])};
+    std::vector<MatrixView<const T>> gv{view(gs[0]), view(gs[1])};
+    for (int k = 0; k < 4; ++k) {
+      batched.step(pv, gv, sb);
+      for (std::size_t i = 0; i < 2; ++i) single.step(ws_single[i], gs[i], ss[i]);
+    }
+    CHECK(reports == 4);  // steps 2 and 4 of both parameters
+    for (std::size_t i = 0; i < 2; ++i) {
+      CHECK(sb[i].steps == 4);
+      CHECK(ws[i] == ws_single[i]);
+    }
+  }
+
   HybridOptimizer<T> h(make_optimizer<T>("muon"));
   M a = randn<M>(5, 4, 3), b = randn<M>(4, 5, 4);
   h.add("a", view(a));

@@ -109,8 +109,8 @@ class Optimizer {
   static constexpr const char* name() { return Defaults::name; }
   /// The name and policies, as checkpoints record them.
   static std::string identity() {
-    return std::string(Defaults::name) + "<" + Preconditioner::name() + ", " + MomentumPolicy::name() + ", " +
-           Scaling::name() + ">";
+    return std::string(Defaults::name) + "<" + detail::policy_identity<Preconditioner>() + ", " +
+           MomentumPolicy::name() + ", " + detail::policy_identity<Scaling>() + ">";
   }
 
   /// Throws std::invalid_argument naming the first bad hyperparameter.
@@ -162,14 +162,14 @@ class Optimizer {
       detail::fail(where, "batched step got ", params.size(), " parameters, ", grads.size(), " gradients and ",
                    states.size(), " states");
     validate(options_, where);
-    pending_.assign(params.size(), detail::GradAction::Apply);
+    pending_.assign(params.size(), Pending{});
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (grads[i].layout != params[i].layout && !detail::same_layout(grads[i].layout, params[i].layout,
                                                                        params[i].rows, params[i].cols))
         detail::fail(where, "parameter ", i, ": G is ", detail::layout_name(grads[i].layout), " but W is ",
                      detail::layout_name(params[i].layout));
       detail::with_map(params[i], [&](const auto& w) {
-        detail::with_map(grads[i], [&](const auto& g) { pending_[i] = check(w, g, states[i]); });
+        detail::with_map(grads[i], [&](const auto& g) { pending_[i].action = check(w, g, states[i]); });
       });
     }
     const int threads = detail::available_threads();
@@ -177,21 +177,21 @@ class Optimizer {
     auto one = [&](std::size_t i, Workspace& ws) {
       detail::with_map(params[i], [&](auto& w) {
         detail::with_map(MatrixView<const T>{grads[i].data, grads[i].rows, grads[i].cols, params[i].layout},
-                         [&](const auto& g) { run(w, g, pending_[i], states[i], ws); });
+                         [&](const auto& g) { run(w, g, pending_[i].action, states[i], ws); });
       });
     };
     // Parallel: small parameters with a plain step. The rest (large, zeroed or reporting) one by one.
-    auto parallel = [&](std::size_t i) {
-      return small(params[i].rows, params[i].cols) && pending_[i] != detail::GradAction::Zero &&
-             !telemetry_.due(states[i].steps + 1);
-    };
+    // Decided before anything steps (a step advances the state's count, which telemetry reads).
+    for (std::size_t i = 0; i < params.size(); ++i)
+      pending_[i].parallel = small(params[i].rows, params[i].cols) &&
+                             pending_[i].action != detail::GradAction::Zero && !telemetry_.due(states[i].steps + 1);
     detail::parallel_for(Index(params.size()), [&](Index i) {
-      if (!parallel(std::size_t(i))) return;
+      if (!pending_[std::size_t(i)].parallel) return;
       const int t = detail::thread_index();
       one(std::size_t(i), t == 0 ? workspace_ : thread_workspaces_[std::size_t(t - 1)]);
     });
     for (std::size_t i = 0; i < params.size(); ++i)
-      if (!parallel(i)) one(i, workspace_);
+      if (!pending_[i].parallel) one(i, workspace_);
   }
 
   /// Reports every `t.every`-th step of each parameter to `t.callback` (step_policy.hpp). Off by default.
@@ -381,7 +381,11 @@ class Optimizer {
   Workspace workspace_;
   std::vector<Workspace> thread_workspaces_;  ///< batched step: workspaces of threads 1, 2, ...
   detail::Buffer<T> clean_;                    ///< G with non-finite entries zeroed (NonFinite::Zero)
-  std::vector<detail::GradAction> pending_;    ///< batched step: each parameter's action
+  struct Pending {
+    detail::GradAction action = detail::GradAction::Apply;
+    bool parallel = false;
+  };
+  std::vector<Pending> pending_;               ///< batched step: each parameter's action
   std::size_t states_made_ = 0;
   Telemetry<T> telemetry_;
   detail::Buffer<T> report_w_, report_u_;      ///< telemetry: W before the step, and U

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -73,6 +74,18 @@ inline constexpr bool has_init_state_v<P, S, std::void_t<decltype(P::init_state(
 template <class P, class S>
 void init_policy_state(S& s, Index m, Index n) {
   if constexpr (has_init_state_v<P, S>) P::init_state(s, m, n);
+}
+
+/// A policy's name for checkpoints: P::identity() if it has one (composite policies name their parts),
+/// else P::name().
+template <class P, class = void>
+inline constexpr bool has_identity_v = false;
+template <class P>
+inline constexpr bool has_identity_v<P, std::void_t<decltype(P::identity())>> = true;
+template <class P>
+std::string policy_identity() {
+  if constexpr (has_identity_v<P>) return P::identity();
+  else return P::name();
 }
 
 /// Bytes a policy state holds: its bytes() if it has one, else its size unless empty.

@@ -111,14 +111,15 @@ class HybridOptimizer {
   const Options& options() const { return options_; }
 
   /// Reports every `every`-th step of each matrix-routed parameter, with its name (step_policy.hpp's
-  /// Telemetry; AdamW-routed parameters do not report). every = 0 turns it off.
+  /// Telemetry; AdamW-routed parameters do not report). every = 0 turns it off. Call it after adding the
+  /// parameters: names are looked up among those registered at this call.
   void set_telemetry(int every, std::function<void(const std::string&, const StepReport<T>&)> callback) {
     Telemetry<T> t;
     t.every = every;
     if (every > 0 && callback)
-      t.callback = [this, cb = std::move(callback)](const StepReport<T>& r) {
-        for (const auto& p : params_)
-          if (p.view.data == r.param) return cb(p.name, r);
+      t.callback = [names = parameter_names(), cb = std::move(callback)](const StepReport<T>& r) {
+        for (const auto& [data, name] : names)
+          if (data == r.param) return cb(name, r);
         cb(std::string(), r);
       };
     matrix_.set_telemetry(std::move(t));
@@ -143,16 +144,7 @@ class HybridOptimizer {
   /// the skipped-step count and, with `parameters`, the parameters' values, so that a run resumes
   /// bitwise. Loading checks names, routes, optimizers and shapes against this container's parameters and
   /// changes nothing (state nor parameter) unless the whole file is valid. Atomic on write.
-  friend void save_checkpoint(const std::string& path, const HybridOptimizer& h, bool parameters = false) {
-    detail::write_file_atomically(path, h.checkpoint_bytes(parameters));
-  }
-  friend void save_checkpoint(std::ostream& os, const HybridOptimizer& h, bool parameters = false) {
-    const std::string bytes = h.checkpoint_bytes(parameters);
-    os.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!os) throw std::runtime_error("matopt checkpoint: the stream failed while writing");
-  }
-  friend void load_checkpoint(const std::string& path, HybridOptimizer& h) { h.restore(detail::read_file(path)); }
-  friend void load_checkpoint(std::istream& is, HybridOptimizer& h) { h.restore(detail::read_stream(is)); }
+  /// See save_checkpoint / load_checkpoint below, which call checkpoint_bytes() and restore().
 
   /// Bytes of all parameters' optimizer state plus both optimizers' workspaces.
   std::size_t state_bytes() const {
@@ -194,6 +186,14 @@ class HybridOptimizer {
 
   static constexpr const char* checkpoint_identity = "matopt::HybridOptimizer";
 
+  std::vector<std::pair<const T*, std::string>> parameter_names() const {
+    std::vector<std::pair<const T*, std::string>> names;
+    for (const auto& p : params_) names.emplace_back(p.view.data, p.name);
+    return names;
+  }
+
+ public:
+  /// The checkpoint file's bytes (used by save_checkpoint).
   std::string checkpoint_bytes(bool parameters) const {
     detail::Writer w;
     w.string(checkpoint_identity);
@@ -212,6 +212,7 @@ class HybridOptimizer {
     return detail::seal(w.data(), sizeof(T));
   }
 
+  /// Restores from a checkpoint file's bytes, all or nothing (used by load_checkpoint).
   void restore(const std::string& file) {
     using detail::Reader;
     Reader r = detail::unseal(file, sizeof(T));
@@ -260,6 +261,8 @@ class HybridOptimizer {
     }
     skipped_steps_ = skipped;
   }
+
+ private:
 
   void validate_group(const Group& g) const {
     detail::require_positive("matopt::HybridOptimizer::add_group", "lr_scale", g.lr_scale);
@@ -314,5 +317,27 @@ class HybridOptimizer {
   std::vector<Param> params_;
   std::int64_t skipped_steps_ = 0;
 };
+
+/// Checkpoints of a HybridOptimizer (serialization/checkpoint.hpp's format): every parameter's name, route,
+/// optimizer state, the skipped-step count and, with `parameters`, the parameters' values. Atomic on write;
+/// loading changes nothing unless the whole file is valid and matches this container's parameters.
+template <class T>
+void save_checkpoint(const std::string& path, const HybridOptimizer<T>& h, bool parameters = false) {
+  detail::write_file_atomically(path, h.checkpoint_bytes(parameters));
+}
+template <class T>
+void save_checkpoint(std::ostream& os, const HybridOptimizer<T>& h, bool parameters = false) {
+  const std::string bytes = h.checkpoint_bytes(parameters);
+  os.write(bytes.data(), std::streamsize(bytes.size()));
+  if (!os) throw std::runtime_error("matopt checkpoint: the stream failed while writing");
+}
+template <class T>
+void load_checkpoint(const std::string& path, HybridOptimizer<T>& h) {
+  h.restore(detail::read_file(path));
+}
+template <class T>
+void load_checkpoint(std::istream& is, HybridOptimizer<T>& h) {
+  h.restore(detail::read_stream(is));
+}
 
 }  // namespace matopt

@@ -32,6 +32,9 @@ namespace matopt {
 template <class Cheap = RowNormalize, class Exact = Orthogonalize<>>
 struct Adaptive {
   static constexpr const char* name() { return "Adaptive"; }
+  static std::string identity() {
+    return std::string("Adaptive<") + detail::policy_identity<Cheap>() + ", " + detail::policy_identity<Exact>() + ">";
+  }
 
   struct Options {
     double threshold = 1.0;  ///< use Cheap while r_min >= threshold

@@ -97,7 +97,8 @@ struct NewtonSchulz {
   template <class T>
   static detail::ColMap<T> run(Index r, Index s, const Options& o, Workspace<T>& ws) {
     detail::ColMap<T> x = ws.x.matrix(r, s);
-    x *= T(1) / (T(o.schedule.safety) * detail::robust_norm(x) + T(o.schedule.eps));
+    const T denominator = T(o.schedule.safety) * detail::robust_norm(x) + T(o.schedule.eps);
+    x *= denominator > T(0) ? T(1) / denominator : T(0);  // a zero U with ns_eps = 0 stays zero
     if (r == 0 || s == 0) return x;
     if (uses_gram(o, r, s)) return run_gram(r, s, o, ws);
     return run_plain(r, s, o.schedule, ws);

@@ -3,6 +3,7 @@
 // GramNewtonSchulz<Schedule> or ExactPolar). U (m x n) is transposed to r x s with r = min(m, n) <= s,
 // orthogonalized, and handed back transposed, without a copy, as a view of the workspace.
 
+#include <string>
 #include <string_view>
 
 #include "matopt/config.hpp"
@@ -17,6 +18,7 @@ struct Orthogonalize {
   using Workspace = typename Method::template Workspace<T>;
 
   static constexpr const char* name() { return "Orthogonalize"; }
+  static std::string identity() { return std::string("Orthogonalize<") + Method::name() + ">"; }
 
   /// Sizes `ws` for an m x n parameter (grows only; run() then allocates nothing).
   template <class T>

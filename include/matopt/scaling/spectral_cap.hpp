@@ -30,6 +30,7 @@ namespace matopt {
 template <class Inner = Static<>>
 struct SpectralCap {
   static constexpr const char* name() { return "SpectralCap"; }
+  static std::string identity() { return std::string("SpectralCap<") + detail::policy_identity<Inner>() + ">"; }
 
   struct Options {
     typename Inner::Options inner{};

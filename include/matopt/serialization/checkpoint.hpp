@@ -16,6 +16,7 @@
 // states (whose shapes must match the file's) and moves them in only when everything has been read.
 // Options (lr, schedules, ...) are configuration, not state: construct the optimizer as before.
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
