@@ -49,6 +49,7 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/errors.hpp"
+#include "matopt/core/step_policy.hpp"
 #include "matopt/core/traits.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/distributed/communicator.hpp"
@@ -257,7 +258,7 @@ class ShardedOptimizer {
     std::vector<double> sizes(std::size_t(ranks_), 0.0);
     sizes[std::size_t(me_)] = double(mine.size());
     comm_.all_gather(sizes.data() + me_, sizes.data(), std::vector<std::size_t>(std::size_t(ranks_), 1));
-    std::vector<std::size_t> byte_counts(std::size_t(ranks_));
+    std::vector<std::size_t> byte_counts(static_cast<std::size_t>(ranks_), 0);
     for (std::size_t r = 0; r < byte_counts.size(); ++r) byte_counts[r] = std::size_t(sizes[r]);
     std::string all(std::accumulate(byte_counts.begin(), byte_counts.end(), std::size_t(0)), '\0');
     std::size_t my_offset = 0;
