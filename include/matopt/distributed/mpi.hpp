@@ -12,6 +12,13 @@
 #include <string>
 #include <vector>
 
+// Only MPI's C API is used: skip the deprecated C++ bindings (their headers do not build warning-free).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include "matopt/distributed/communicator.hpp"
