@@ -7,7 +7,7 @@
 set -euo pipefail
 
 packages=(cmake make g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev
-          zlib1g-dev dataset-fashion-mnist gnuplot-nox libtorch-dev clang libclang-rt-14-dev)
+          zlib1g-dev dataset-fashion-mnist gnuplot-nox libtorch-dev clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 for group in "$@"; do
   case "$group" in
     bench) packages+=(python3-torch) ;;
