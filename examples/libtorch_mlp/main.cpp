@@ -363,10 +363,10 @@ int run(const Args& a) {
         for (auto& g : adamw.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(a.adam_lr * f);
       });
 
-  std::printf("\n%-38s %14s %16s %12s\n", "run", "test accuracy", "optimizer time", "train time");
-  std::printf("%-38s %13.2f%% %14.2f s %10.2f s\n", ("(a) matopt hybrid (" + a.optimizer + " + AdamW)").c_str(),
+  std::printf("\n%-44s %14s %16s %12s\n", "run", "test accuracy", "optimizer time", "train time");
+  std::printf("%-44s %13.2f%% %14.2f s %10.2f s\n", ("(a) matopt hybrid (" + a.optimizer + " + AdamW)").c_str(),
               100 * ra.accuracy, ra.optimizer_s, ra.train_s);
-  std::printf("%-38s %13.2f%% %14.2f s %10.2f s\n", "(b) torch::optim::AdamW", 100 * rb.accuracy, rb.optimizer_s,
+  std::printf("%-44s %13.2f%% %14.2f s %10.2f s\n", "(b) torch::optim::AdamW", 100 * rb.accuracy, rb.optimizer_s,
               rb.train_s);
   if (a.min_accuracy > 0 && ra.accuracy < a.min_accuracy) {
     std::printf("FAIL: matopt test accuracy %.4f is below --min-accuracy %.4f\n", ra.accuracy, a.min_accuracy);
