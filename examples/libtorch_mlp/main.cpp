@@ -1,0 +1,389 @@
+// matopt inside libtorch: a torch::nn MLP trained on Fashion-MNIST twice from the same initial weights,
+// (a) by matopt::HybridOptimizer (hidden matrices -> a Muon-family preset, biases and the output head ->
+//     AdamW), which updates the torch parameters in place through zero-copy Eigen::Map / MatrixView views
+//     of each tensor's own storage, and
+// (b) by torch::optim::AdamW,
+// then prints each run's test accuracy and optimizer time. docs/integration.md walks through this file.
+//
+//   libtorch_mlp [--optimizer muon|rmnp|colnorm|orscale|moonlight_muon] [--epochs N] [--limit N]
+//                [--batch N] [--seed N] [--threads N] [--hidden N] [--lr X] [--adam-lr X]
+//                [--min-accuracy X] [--data DIR]
+//
+// Exit status: 0, 1 when the matopt run's test accuracy is below --min-accuracy, 2 on bad arguments or
+// an error, 77 when the Fashion-MNIST files are missing (CTest reports the test as skipped).
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include <torch/torch.h>
+
+#include <matopt/matopt.hpp>
+
+#include "../common/fashion_mnist.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- zero-copy views of torch tensors --------------------------------------------------------------
+
+/// The matrix matopt sees for a tensor: (out, in) for a Linear weight, (out, in*kh*kw) for a conv weight,
+/// a column of numel() entries for a bias or norm gain (one column: the same memory in either layout).
+std::pair<matopt::Index, matopt::Index> matrix_shape(const torch::Tensor& t) {
+  if (t.dim() <= 1) return {t.numel(), 1};
+  return {t.size(0), t.numel() / std::max<std::int64_t>(t.size(0), 1)};
+}
+
+/// A MatrixView over the tensor's own storage: no copy. T is float for parameters (matopt writes them)
+/// and const float for gradients. The tensor must be a contiguous float32 CPU tensor; anything else is an
+/// error, never a silent copy (an update written into a copy would be lost).
+template <class T>
+matopt::MatrixView<T> tensor_view(const torch::Tensor& t, const std::string& name) {
+  static_assert(std::is_same_v<std::remove_const_t<T>, float>, "the example trains float32 tensors");
+  if (!t.defined()) throw std::invalid_argument(name + ": tensor is undefined (no gradient yet?)");
+  if (t.scalar_type() != torch::kFloat32)
+    throw std::invalid_argument(name + ": tensor is " + std::string(c10::toString(t.scalar_type())) +
+                                ", matopt<float> needs float32");
+  if (!t.device().is_cpu())
+    throw std::invalid_argument(name + ": tensor is on " + t.device().str() + ", matopt's Eigen path needs CPU");
+  if (!t.is_contiguous())
+    throw std::invalid_argument(name + ": tensor " + c10::str(t.sizes()) + " with strides " +
+                                c10::str(t.strides()) +
+                                " is not contiguous; matopt views need contiguous row-major storage "
+                                "(make the parameter contiguous before registering it)");
+  using Mat = std::conditional_t<std::is_const_v<T>, const matopt::RowMatrix<float>, matopt::RowMatrix<float>>;
+  T* data = t.data_ptr<float>();
+  matopt::MatrixView<T> v;
+  if (t.dim() == 4) {  // conv weight (out, in, kh, kw): the 2-D view whose shape drives every scale factor
+    auto map = matopt::conv_weight_view(data, t.size(0), t.size(1), t.size(2), t.size(3));
+    v = matopt::view(map);
+  } else {
+    const auto [rows, cols] = matrix_shape(t);
+    Eigen::Map<Mat> map(data, rows, cols);  // row-major (out, in): PyTorch's own layout
+    v = matopt::view(map);
+  }
+  // Zero copy: the view points at the tensor's storage itself.
+  if (static_cast<const void*>(v.data) != t.data_ptr())
+    throw std::logic_error(name + ": view does not alias the tensor's storage");
+  return v;
+}
+
+// ---- the model -------------------------------------------------------------------------------------
+
+struct MlpImpl : torch::nn::Module {
+  explicit MlpImpl(std::int64_t hidden) {
+    fc1 = register_module("fc1", torch::nn::Linear(784, hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, hidden));
+    head = register_module("head", torch::nn::Linear(hidden, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::relu(fc1->forward(x));
+    x = torch::relu(fc2->forward(x));
+    return head->forward(x);
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, head{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+// ---- matopt as the model's optimizer ---------------------------------------------------------------
+
+/// HybridOptimizer over a torch module's parameters. The module's tensors are registered once, by view;
+/// every step passes views of the current gradients in the same order.
+class MatoptTorchOptimizer {
+ public:
+  MatoptTorchOptimizer(matopt::HybridOptimizer<float> opt, torch::nn::Module& model) : opt_(std::move(opt)) {
+    for (const auto& item : model.named_parameters()) {
+      const torch::Tensor& p = item.value();
+      // The output head goes to AdamW like the biases (spec §4); fc1 and fc2 are hidden matrices (Auto).
+      const bool is_head = item.key().rfind("head.", 0) == 0 && p.dim() >= 2;
+      opt_.add(item.key(), tensor_view<float>(p, item.key()), is_head ? matopt::Role::Head : matopt::Role::Auto);
+      params_.push_back(p);
+      data_.push_back(p.data_ptr());
+    }
+    matrix_lr_ = opt_.matrix_optimizer().lr();
+    adamw_lr_ = opt_.adamw().lr();
+  }
+
+  /// One step for every parameter; call after loss.backward(), while no autograd graph holds the
+  /// parameters (matopt writes through raw pointers, which does not bump torch's version counters).
+  void step() {
+    torch::NoGradGuard no_grad;
+    grads_.clear();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const torch::Tensor& p = params_[i];
+      // Still the storage registered: a module.to(...) or set_data() since would leave a dangling view.
+      if (p.data_ptr() != data_[i]) throw std::logic_error(opt_.name(i) + ": parameter storage moved");
+      grads_.push_back(tensor_view<const float>(p.grad(), opt_.name(i) + ".grad"));
+    }
+    opt_.step(grads_);
+  }
+
+  /// Multiplies both routes' base lr by `factor` (> 0): the schedule.
+  void set_lr_factor(double factor) {
+    opt_.matrix_optimizer().set_lr(float(matrix_lr_ * factor));
+    opt_.adamw().set_lr(float(adamw_lr_ * factor));
+  }
+
+  const matopt::HybridOptimizer<float>& hybrid() const { return opt_; }
+
+ private:
+  matopt::HybridOptimizer<float> opt_;
+  std::vector<torch::Tensor> params_;
+  std::vector<const void*> data_;
+  std::vector<matopt::MatrixView<const float>> grads_;
+  double matrix_lr_ = 0, adamw_lr_ = 0;
+};
+
+// ---- arguments -------------------------------------------------------------------------------------
+
+struct Args {
+  std::string optimizer = "muon";
+  int epochs = 1;
+  std::int64_t limit = 0;  // 0: the whole training set
+  std::int64_t batch = 128;
+  std::uint64_t seed = 0;
+  int threads = 0;  // 0: libtorch's and OpenMP's defaults
+  std::int64_t hidden = 256;
+  std::string lr;  // empty: the preset's default
+  double adam_lr = 1e-3;
+  double min_accuracy = 0;
+  std::string data;
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "libtorch_mlp: %s\n"
+               "usage: libtorch_mlp [--optimizer muon|rmnp|colnorm|orscale|moonlight_muon] [--epochs N]\n"
+               "                    [--limit N] [--batch N] [--seed N] [--threads N] [--hidden N] [--lr X]\n"
+               "                    [--adam-lr X] [--min-accuracy X] [--data DIR]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string key = argv[i];
+    if (i + 1 >= argc) usage("missing value for " + key);
+    const std::string value = argv[++i];
+    auto integer = [&](long long lo) {
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (end == value.c_str() || *end != '\0' || v < lo) usage(key + ": bad value '" + value + "'");
+      return v;
+    };
+    auto real = [&] {
+      char* end = nullptr;
+      const double v = std::strtod(value.c_str(), &end);
+      if (end == value.c_str() || *end != '\0' || !(v >= 0)) usage(key + ": bad value '" + value + "'");
+      return v;
+    };
+    if (key == "--optimizer") a.optimizer = value;
+    else if (key == "--epochs") a.epochs = int(integer(1));
+    else if (key == "--limit") a.limit = integer(0);
+    else if (key == "--batch") a.batch = integer(1);
+    else if (key == "--seed") a.seed = std::uint64_t(integer(0));
+    else if (key == "--threads") a.threads = int(integer(0));
+    else if (key == "--hidden") a.hidden = integer(1);
+    else if (key == "--lr") a.lr = value;
+    else if (key == "--adam-lr") a.adam_lr = real();
+    else if (key == "--min-accuracy") a.min_accuracy = real();
+    else if (key == "--data") a.data = value;
+    else usage("unknown option " + key);
+  }
+  if (a.optimizer == "adamw") usage("--optimizer names the matrix optimizer; AdamW is run (b)");
+  return a;
+}
+
+// ---- training --------------------------------------------------------------------------------------
+
+struct Data {
+  fmnist::Dataset train_set, test_set;
+  torch::Tensor train_x, train_y, test_x, test_y;  // train_x, test_x alias the datasets' images
+};
+
+torch::Tensor labels_tensor(const std::vector<int>& labels) {
+  return torch::tensor(std::vector<std::int64_t>(labels.begin(), labels.end()), torch::kInt64);
+}
+
+double accuracy(Mlp& model, const torch::Tensor& x, const torch::Tensor& y) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  std::int64_t correct = 0;
+  for (std::int64_t i = 0; i < x.size(0); i += 2000) {
+    const std::int64_t n = std::min<std::int64_t>(2000, x.size(0) - i);
+    const auto pred = model->forward(x.narrow(0, i, n)).argmax(1);
+    correct += pred.eq(y.narrow(0, i, n)).sum().item<std::int64_t>();
+  }
+  model->train();
+  return double(correct) / double(x.size(0));
+}
+
+struct RunResult {
+  double accuracy = 0, optimizer_s = 0, train_s = 0, last_loss = 0;
+};
+
+/// Trains `model` with `step()` after each backward pass and `set_lr_factor(f)` before it (a linear decay
+/// to 10% of the base lr). The batch order depends on the seed only, so both runs see the same batches.
+template <class Step, class SetLr>
+RunResult train(Mlp& model, const Data& d, const Args& a, Step&& step, SetLr&& set_lr_factor) {
+  const std::int64_t n = d.train_x.size(0);
+  const std::int64_t batches_per_epoch = (n + a.batch - 1) / a.batch;
+  const double total = double(batches_per_epoch) * a.epochs;
+  std::mt19937_64 rng(a.seed + 1);
+  std::vector<std::int64_t> order(std::size_t(n), 0);
+  std::iota(order.begin(), order.end(), 0);
+  RunResult r;
+  std::int64_t k = 0;
+  const auto t_start = Clock::now();
+  for (int epoch = 0; epoch < a.epochs; ++epoch) {
+    std::shuffle(order.begin(), order.end(), rng);
+    const auto perm = torch::from_blob(order.data(), {n}, torch::kInt64);
+    double loss_sum = 0;
+    for (std::int64_t b = 0; b < batches_per_epoch; ++b, ++k) {
+      const auto idx = perm.narrow(0, b * a.batch, std::min(a.batch, n - b * a.batch));
+      const auto x = d.train_x.index_select(0, idx), y = d.train_y.index_select(0, idx);
+      model->zero_grad();
+      const auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+      loss.backward();
+      loss_sum += loss.item<double>();
+      set_lr_factor(1.0 - 0.9 * double(k) / total);
+      const auto t0 = Clock::now();
+      step();
+      r.optimizer_s += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
+    r.last_loss = loss_sum / double(batches_per_epoch);
+    std::printf("  epoch %d: mean train loss %.4f\n", epoch + 1, r.last_loss);
+  }
+  r.train_s = std::chrono::duration<double>(Clock::now() - t_start).count();
+  r.accuracy = accuracy(model, d.test_x, d.test_y);
+  return r;
+}
+
+void set_parameters(Mlp& model, const std::vector<torch::Tensor>& values) {
+  torch::NoGradGuard no_grad;
+  auto params = model->parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);  // in place: same storage
+}
+
+/// A non-contiguous tensor must be refused with an error, not copied.
+void check_non_contiguous_is_refused() {
+  const auto t = torch::zeros({4, 3}).t();
+  try {
+    (void)tensor_view<float>(t, "transposed");
+  } catch (const std::invalid_argument& e) {
+    std::printf("check: non-contiguous tensor refused (%s)\n", e.what());
+    return;
+  }
+  throw std::logic_error("a non-contiguous tensor was accepted");
+}
+
+int run(const Args& a) {
+  // libtorch and matopt share Debian's libgomp. libtorch's first parallel call sets OpenMP's thread count
+  // to libtorch's own default, so read or set libtorch's count first, then OpenMP's.
+  if (a.threads > 0) torch::set_num_threads(a.threads);
+  const int torch_threads = torch::get_num_threads();
+#if defined(_OPENMP)
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  const int omp_threads = omp_get_max_threads();
+#else
+  const int omp_threads = 1;
+#endif
+  std::printf("matopt %s, libtorch %s; threads: libtorch %d, matopt (OpenMP) %d\n", matopt::version(),
+              TORCH_VERSION, torch_threads, omp_threads);
+  check_non_contiguous_is_refused();
+
+  const std::string dir = a.data.empty() ? fmnist::default_dir() : a.data;
+  if (!std::filesystem::exists(std::filesystem::path(dir) / "train-images-idx3-ubyte.gz")) {
+    std::printf("Fashion-MNIST not found in %s (apt-get install dataset-fashion-mnist, or set "
+                "MATOPT_FASHION_MNIST_DIR); skipped\n", dir.c_str());
+    return 77;
+  }
+  Data d;
+  d.train_set = fmnist::load(dir, true, std::size_t(a.limit));
+  d.test_set = fmnist::load(dir, false);
+  const auto as_tensor = [](fmnist::Dataset& s) {
+    return torch::from_blob(s.images.data(), {s.images.rows(), s.images.cols()}, torch::kFloat32);
+  };
+  d.train_x = as_tensor(d.train_set);
+  d.test_x = as_tensor(d.test_set);
+  d.train_y = labels_tensor(d.train_set.labels);
+  d.test_y = labels_tensor(d.test_set.labels);
+  std::printf("Fashion-MNIST: %lld training, %lld test images; MLP 784-%lld-%lld-10, batch %lld, %d epoch(s)\n",
+              static_cast<long long>(d.train_x.size(0)), static_cast<long long>(d.test_x.size(0)),
+              static_cast<long long>(a.hidden), static_cast<long long>(a.hidden),
+              static_cast<long long>(a.batch), a.epochs);
+
+  torch::manual_seed(a.seed);
+  Mlp model(a.hidden);
+  std::vector<torch::Tensor> initial;
+  for (const auto& p : model->parameters()) initial.push_back(p.detach().clone());
+
+  // (a) matopt: the matrix preset by name, AdamW (torch's defaults) for biases and the head.
+  matopt::Config matrix_config;
+  if (!a.lr.empty()) matrix_config["lr"] = a.lr;
+  matopt::AdamW<float>::Options adam;
+  adam.lr = float(a.adam_lr);
+  adam.beta2 = 0.999f;
+  adam.weight_decay = 0.01f;
+  MatoptTorchOptimizer mopt(matopt::HybridOptimizer<float>(matopt::make_optimizer<float>(a.optimizer, matrix_config),
+                                                           matopt::AnyOptimizer<float>(matopt::AdamW<float>(adam))),
+                            *model);
+  const auto& h = mopt.hybrid();
+  std::printf("\n(a) matopt::HybridOptimizer, matrix route %s:\n", a.optimizer.c_str());
+  for (std::size_t i = 0; i < h.size(); ++i)
+    std::printf("  %-12s -> %-6s effective lr %.4g\n", h.name(i).c_str(),
+                h.route(i) == matopt::Route::Matrix ? "matrix" : "AdamW", double(h.effective_lr(i)));
+  const RunResult ra = train(model, d, a, [&] { mopt.step(); }, [&](double f) { mopt.set_lr_factor(f); });
+  for (std::size_t i = 0; i < initial.size(); ++i)  // updated in place: the same storage, new values
+    if (model->parameters()[i].equal(initial[i])) throw std::logic_error("a parameter was not updated");
+
+  // (b) torch::optim::AdamW from the same initial weights and the same batches.
+  set_parameters(model, initial);
+  torch::optim::AdamW adamw(model->parameters(), torch::optim::AdamWOptions(a.adam_lr).weight_decay(0.01));
+  std::printf("\n(b) torch::optim::AdamW, lr %g:\n", a.adam_lr);
+  const RunResult rb = train(
+      model, d, a, [&] { adamw.step(); },
+      [&](double f) {
+        for (auto& g : adamw.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(a.adam_lr * f);
+      });
+
+  std::printf("\n%-44s %14s %16s %12s\n", "run", "test accuracy", "optimizer time", "train time");
+  std::printf("%-44s %13.2f%% %14.2f s %10.2f s\n", ("(a) matopt hybrid (" + a.optimizer + " + AdamW)").c_str(),
+              100 * ra.accuracy, ra.optimizer_s, ra.train_s);
+  std::printf("%-44s %13.2f%% %14.2f s %10.2f s\n", "(b) torch::optim::AdamW", 100 * rb.accuracy, rb.optimizer_s,
+              rb.train_s);
+  if (a.min_accuracy > 0 && ra.accuracy < a.min_accuracy) {
+    std::printf("FAIL: matopt test accuracy %.4f is below --min-accuracy %.4f\n", ra.accuracy, a.min_accuracy);
+    return 1;
+  }
+  if (a.min_accuracy > 0) std::printf("OK: matopt test accuracy %.4f >= %.4f\n", ra.accuracy, a.min_accuracy);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args args = parse(argc, argv);
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "libtorch_mlp: %s\n", e.what());
+    return 2;
+  }
+}
