@@ -136,7 +136,7 @@ TEST_CASE("fmnist::load reports truncated data") {
 
   SUBCASE("valid gzip, fewer pixels than the header promises") {
     auto img = images_idx(4);
-    img.resize(img.size() - 100);
+    img.erase(img.end() - 100, img.end());  // (not resize: GCC -O1 misreads its memset bound)
     write_gz(d.images(false), img);
     const std::string msg = error_of([&] { fmnist::load(d.str(), false); });
     CHECK(contains(msg, d.images(false).string()));
