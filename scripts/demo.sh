@@ -4,7 +4,7 @@
 # with Muon, RMNP, ColNorm, OrScale (hidden matrices; head and biases on AdamW) and AdamW alone. Prints a
 # progress bar, then test accuracy, train loss and optimizer time per optimizer; writes CSVs and PNG plots
 # to fashion_mnist_out/ (or $MATOPT_DEMO_OUT). Extra arguments go to fashion_mnist (e.g. --epochs 1).
-# About 15 minutes on 2 cores, most of it in Muon's and OrScale's Newton–Schulz steps.
+# About 10 minutes on 2 idle cores, most of it in Muon's and OrScale's Newton–Schulz steps (docs/fashion_mnist.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh

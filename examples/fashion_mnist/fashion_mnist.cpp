@@ -16,7 +16,8 @@
 // embedding lookup, so it counts as hidden. "adamw" trains every parameter with AdamW.
 //
 // Schedule: linear warm-up over the first --warmup fraction of the steps (default 2%), then linear decay
-// to zero at the last step, applied as one factor to both routes' learning rates.
+// to 1/(steps - warm-up) of the base lr at the last step (set_lr refuses 0), one factor on both routes.
+// Measured results and their reading: docs/fashion_mnist.md.
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
@@ -251,6 +252,7 @@ struct RunResult {
   long steps = 0;
   // Per hidden layer: mean over the sampled steps of r_min, r_avg, r_max.
   std::vector<double> r_min_mean, r_avg_mean, r_max_mean;
+  std::vector<double> zero_rows_mean;  // units inactive on a whole batch (zero gradient row), mean over samples
 };
 
 double median(std::vector<double> v) {
@@ -343,7 +345,7 @@ RunResult train(const std::string& name, double lr, const std::vector<int>& size
   std::ofstream steps_csv(dir / ("steps_" + name + ".csv"));
   steps_csv << "step,epoch,loss,loss_smooth,lr,optimizer_ms,forward_backward_ms";
   for (std::size_t l = 0; l < hidden; ++l)
-    for (const char* s : {"r_min", "r_avg", "r_max"}) steps_csv << ",fc" << l + 1 << "_" << s;
+    for (const char* s : {"r_min", "r_avg", "r_max", "zero_rows"}) steps_csv << ",fc" << l + 1 << "_" << s;
   steps_csv << "\n";
   std::ofstream epochs_csv(dir / ("epochs_" + name + ".csv"));
   epochs_csv << "epoch,train_loss,test_loss,test_accuracy,optimizer_seconds,forward_backward_seconds\n";
@@ -355,6 +357,7 @@ RunResult train(const std::string& name, double lr, const std::vector<int>& size
   Mat x;
   std::vector<int> y;
   r.r_min_mean.assign(hidden, 0.0);
+  r.zero_rows_mean.assign(hidden, 0.0);
   r.r_avg_mean.assign(hidden, 0.0);
   r.r_max_mean.assign(hidden, 0.0);
   long samples = 0;
@@ -403,12 +406,16 @@ RunResult train(const std::string& name, double lr, const std::vector<int>& size
         probe.update(l, g.w[l]);
         if (sample) {
           const matopt::DiagonalDominance d = probe.measure(l, g.w[l]);
-          steps_csv << ',' << d.r_min << ',' << d.r_avg << ',' << d.r_max;
+          // A unit inactive on every sample of the batch has a zero gradient row; once it stays dead its
+          // momentum row decays as beta^t, which is what drives r_min toward 0.
+          const long zero_rows = long((g.w[l].rowwise().squaredNorm().array() == 0.0f).count());
+          steps_csv << ',' << d.r_min << ',' << d.r_avg << ',' << d.r_max << ',' << zero_rows;
+          r.zero_rows_mean[l] += double(zero_rows);
           r.r_min_mean[l] += d.r_min;
           r.r_avg_mean[l] += d.r_avg;
           r.r_max_mean[l] += d.r_max;
         } else {
-          steps_csv << ",,,";
+          steps_csv << ",,,,";
         }
       }
       if (sample) ++samples;
@@ -434,6 +441,7 @@ RunResult train(const std::string& name, double lr, const std::vector<int>& size
   r.forward_backward_ms_median = median(fb_times);
   for (std::size_t l = 0; l < hidden; ++l) {
     r.r_min_mean[l] /= double(samples);
+    r.zero_rows_mean[l] /= double(samples);
     r.r_avg_mean[l] /= double(samples);
     r.r_max_mean[l] /= double(samples);
   }
@@ -516,20 +524,17 @@ void write_plots(const std::filesystem::path& dir, const std::vector<RunResult>&
     << "'\nset xlabel 'step'\nset ylabel 'ms per step'\nset logscale y\nplot "
     << each("steps_", "1:6", "lines lw 1") << "unset logscale y\n";
   if (hidden > 0) {
-    f << "set output 'dominance.png'\nset multiplot layout 1," << hidden << " title 'Diagonal dominance of U U^T (U = "
-      << "Nesterov momentum): solid mean_i r_i, dashed min_i r_i; " << title << "'\nset xlabel 'step'\nset ylabel 'r'\nset logscale y\n"
-      << "set key inside top right\n";
-    for (std::size_t l = 0; l < hidden; ++l) {
-      const int col = 8 + 3 * int(l);  // fc{l}_r_min; r_avg is the next column
-      std::string s;
-      for (std::size_t i = 0; i < runs.size(); ++i) {
-        const std::string file = "'steps_" + runs[i].optimizer + ".csv'", lc = " lc " + std::to_string(i + 1);
-        s += (i ? ", \\\n     " : "") + file + " using 1:" + std::to_string(col + 1) +
-             " title '" + runs[i].optimizer + "' with linespoints pt 7 ps 0.4" + lc + ", \\\n     " + file +
-             " using 1:" + std::to_string(col) + " notitle with lines dt 2" + lc;
-      }
-      f << "set title 'fc" << l + 1 << "'\nplot " << s << "\n";
-    }
+    // Top row: mean_i r_i per layer. Bottom row: units with a zero gradient row on the sampled batch. min_i r_i
+    // is in the CSV but not plotted: it follows the dead units' decaying momentum rows toward 0 (see above).
+    f << "set output 'dominance.png'\nset terminal pngcairo size " << std::max<std::size_t>(700, 500 * hidden) << ",620 font ',10'\n"
+      << "set multiplot layout 2," << hidden << " title 'Diagonal dominance of U U^T, U = G + 0.95 V (Nesterov "
+      << "momentum), " << title << "'\nset xlabel 'step'\nset key inside top right\n";
+    for (std::size_t l = 0; l < hidden; ++l)
+      f << "set title 'fc" << l + 1 << ": mean_i r_i'\nset ylabel 'r_{avg}'\nplot "
+        << each("steps_", "1:" + std::to_string(9 + 4 * l), "lines lw 1.2");
+    for (std::size_t l = 0; l < hidden; ++l)
+      f << "set title 'fc" << l + 1 << ": units inactive on the whole batch'\nset ylabel 'zero rows of G'\nplot "
+        << each("steps_", "1:" + std::to_string(11 + 4 * l), "lines lw 1.2");
     f << "unset multiplot\n";
   }
 }
@@ -562,19 +567,33 @@ std::vector<RunResult> run_all(const Args& a, int hidden_width, const Data& data
   return runs;
 }
 
-void write_sweep_plot(const std::filesystem::path& dir, std::size_t hidden) {
+struct SweepRow {
+  int width;
+  std::vector<RunResult> runs;
+};
+
+// The sweep's figure: the gap and each hidden layer's r̄_avg against width, from an inline data block
+// (width, RMNP - Muon in points, then r̄_avg of the Muon and of the RMNP run per layer).
+void write_sweep_plot(const std::filesystem::path& dir, const std::vector<SweepRow>& rows, std::size_t hidden) {
   std::ofstream f(dir / "sweep.gp");
-  f << "# written by fashion_mnist --sweep; run inside this directory: gnuplot sweep.gp\n"
-       "set datafile separator ','\nset terminal pngcairo size 1000,420 font ',10'\nset output 'sweep.png'\n"
+  f << "# written by fashion_mnist --sweep; run inside this directory: gnuplot sweep.gp\n$sweep << EOD\n";
+  for (const auto& row : rows) {
+    const RunResult *muon = find(row.runs, "muon"), *rmnp = find(row.runs, "rmnp");
+    if (muon == nullptr || rmnp == nullptr) continue;
+    f << row.width << ' ' << 100 * (rmnp->test_accuracy - muon->test_accuracy);
+    for (std::size_t l = 0; l < hidden; ++l) f << ' ' << muon->r_avg_mean[l] << ' ' << rmnp->r_avg_mean[l];
+    f << '\n';
+  }
+  f << "EOD\nset terminal pngcairo size 1000,420 font ',10'\nset output 'sweep.png'\n"
        "set grid\nset logscale x 2\nset xlabel 'hidden width'\nset multiplot layout 1,2\n"
-       "set title 'Test accuracy gap RMNP - Muon (points)'\nset ylabel 'gap (percentage points)'\n"
-       "plot 'sweep.csv' using 1:(strcol(3) eq 'muon' ? 100*$7 : 1/0) title 'RMNP - Muon' with linespoints pt 7 lw 2\n"
-       "set title 'r_{avg}, r_{min} averaged over training (Muon runs)'\nset ylabel 'r'\nset logscale y\nplot ";
+       "set title 'Test accuracy gap RMNP - Muon'\nset ylabel 'percentage points'\n"
+       "plot $sweep using 1:2 title 'RMNP - Muon' with linespoints pt 7 lw 2\n"
+       "set title 'mean_i r_i averaged over training'\nset ylabel 'r_{avg}'\nplot ";
   for (std::size_t l = 0; l < hidden; ++l) {
     if (l) f << ", ";
-    f << "'sweep.csv' using 1:(strcol(3) eq 'muon' ? $" << 9 + 3 * l << " : 1/0) title 'fc" << l + 1
-      << " r_{avg}' with linespoints pt 7, 'sweep.csv' using 1:(strcol(3) eq 'muon' ? $" << 8 + 3 * l << " : 1/0) title 'fc"
-      << l + 1 << " r_{min}' with linespoints dt 2 pt 6";
+    f << "$sweep using 1:" << 3 + 2 * l << " title 'fc" << l + 1 << ", Muon run' with linespoints pt 7 lc " << l + 1
+      << ", $sweep using 1:" << 4 + 2 * l << " title 'fc" << l + 1 << ", RMNP run' with linespoints dt 2 pt 6 lc "
+      << l + 1;
   }
   f << "\nunset multiplot\n";
 }
@@ -598,16 +617,13 @@ int main(int argc, char** argv) {
     std::ofstream sweep(out / "sweep.csv");
     sweep << "width,optimizer_index,optimizer,test_accuracy,train_loss,optimizer_seconds,rmnp_minus_muon";
     for (int l = 0; l < a.depth; ++l)
-      for (const char* s : {"r_min_mean", "r_avg_mean", "r_max_mean"}) sweep << ",fc" << l + 1 << "_" << s;
+      for (const char* s : {"r_min_mean", "r_avg_mean", "r_max_mean", "zero_rows_mean"})
+        sweep << ",fc" << l + 1 << "_" << s;
     sweep << "\n";
-    struct Row {
-      int width;
-      std::vector<RunResult> runs;
-    };
-    std::vector<Row> rows;
+    std::vector<SweepRow> rows;
     for (const int w : a.sweep) {
       std::printf("\n== width %d ==\n", w);
-      Row row{w, run_all(a, w, data, out / ("width_" + std::to_string(w)))};
+      SweepRow row{w, run_all(a, w, data, out / ("width_" + std::to_string(w)))};
       const RunResult *muon = find(row.runs, "muon"), *rmnp = find(row.runs, "rmnp");
       const double gap = (muon && rmnp) ? rmnp->test_accuracy - muon->test_accuracy : std::nan("");
       for (std::size_t i = 0; i < row.runs.size(); ++i) {
@@ -616,16 +632,19 @@ int main(int argc, char** argv) {
               << r.optimizer_seconds << ',' << gap;
         for (int l = 0; l < a.depth; ++l)
           sweep << ',' << r.r_min_mean[std::size_t(l)] << ',' << r.r_avg_mean[std::size_t(l)] << ','
-                << r.r_max_mean[std::size_t(l)];
+                << r.r_max_mean[std::size_t(l)] << ',' << r.zero_rows_mean[std::size_t(l)];
         sweep << '\n';
       }
       sweep.flush();
       rows.push_back(std::move(row));
     }
     sweep.close();
+    // r̄ = the per-step statistic averaged over the sampled steps of that run; "zero" = mean number of units
+    // inactive on the whole batch (zero gradient rows), which is what pulls r_min toward 0.
     std::printf("\n| width | Muon acc | RMNP acc | RMNP - Muon |");
-    for (int l = 0; l < a.depth; ++l) std::printf(" fc%d r̄_min / r̄_avg (Muon run) | (RMNP run) |", l + 1);
-    std::printf(" RMNP/Muon opt. time |\n|---|---|---|---|");
+    for (int l = 0; l < a.depth; ++l)
+      std::printf(" fc%d r̄_min / r̄_avg / zero, Muon run | fc%d, RMNP run |", l + 1, l + 1);
+    std::printf(" RMNP/Muon optimizer ms/step (median) |\n|---|---|---|---|");
     for (int l = 0; l < a.depth; ++l) std::printf("---|---|");
     std::printf("---|\n");
     for (const auto& row : rows) {
@@ -634,11 +653,11 @@ int main(int argc, char** argv) {
       std::printf("| %d | %.2f%% | %.2f%% | %+.2f |", row.width, 100 * muon->test_accuracy, 100 * rmnp->test_accuracy,
                   100 * (rmnp->test_accuracy - muon->test_accuracy));
       for (std::size_t l = 0; l < std::size_t(a.depth); ++l)
-        std::printf(" %.3g / %.3g | %.3g / %.3g |", muon->r_min_mean[l], muon->r_avg_mean[l], rmnp->r_min_mean[l],
-                    rmnp->r_avg_mean[l]);
-      std::printf(" %.4f |\n", rmnp->optimizer_seconds / muon->optimizer_seconds);
+        std::printf(" %.2g / %.3g / %.1f | %.2g / %.3g / %.1f |", muon->r_min_mean[l], muon->r_avg_mean[l],
+                    muon->zero_rows_mean[l], rmnp->r_min_mean[l], rmnp->r_avg_mean[l], rmnp->zero_rows_mean[l]);
+      std::printf(" %.3f / %.1f |\n", rmnp->optimizer_ms_median, muon->optimizer_ms_median);
     }
-    write_sweep_plot(out, std::size_t(a.depth));
+    write_sweep_plot(out, rows, std::size_t(a.depth));
     run_gnuplot(out, "sweep.gp", "sweep.png (and each width's plots in width_*/)");
     for (const auto& row : rows) run_gnuplot(out / ("width_" + std::to_string(row.width)), "plots.gp", "plots");
     std::printf("sweep.csv in %s\n", out.string().c_str());
