@@ -12,6 +12,7 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
+#include "matopt/core/norms.hpp"
 #include "matopt/core/parallel.hpp"
 
 #if defined(MATOPT_USE_BLAS)
@@ -126,5 +127,35 @@ template <class T>
 void mirror_lower(ColMap<T>& c) {
   c.template triangularView<Eigen::StrictlyUpper>() = c.transpose();
 }
+
+/// The Eigen path's engine for the backend-generic algorithms (precondition/ns_algorithm.hpp): the
+/// configured GEMM engine's products on column-major maps.
+struct HostEngine {
+  template <class M>
+  using scalar_t = typename M::Scalar;
+
+  template <class T>
+  static T norm(const ColMap<T>& x) { return robust_norm(x); }
+  template <class T>
+  static void scale(ColMap<T>& x, T s) { x *= s; }
+  template <class T>
+  static bool empty(const ColMap<T>& x) { return x.size() == 0; }
+  template <class T>
+  static void syrk_lower(T alpha, const ColMap<T>& a, T beta, ColMap<T>& c) { detail::syrk_lower(alpha, a, beta, c); }
+  template <class T>
+  static void gemm(T alpha, const ColMap<T>& a, const ColMap<T>& b, T beta, ColMap<T>& c) {
+    detail::gemm(alpha, a, b, beta, c);
+  }
+  template <class T>
+  static void mirror_lower(ColMap<T>& c) { detail::mirror_lower(c); }
+  template <class T>
+  static void copy_lower(const ColMap<T>& src, ColMap<T>& dst) {
+    dst.template triangularView<Eigen::Lower>() = src;
+  }
+  template <class T>
+  static void add_diagonal(ColMap<T>& c, T v) { c.diagonal().array() += v; }
+  template <class T>
+  static void copy(const ColMap<T>& src, ColMap<T>& dst) { dst = src; }
+};
 
 }  // namespace matopt::detail

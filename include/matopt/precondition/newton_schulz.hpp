@@ -23,6 +23,7 @@
 #include "matopt/core/norms.hpp"
 #include "matopt/core/parse.hpp"
 #include "matopt/core/workspace.hpp"
+#include "matopt/precondition/ns_algorithm.hpp"
 #include "matopt/precondition/schedule.hpp"
 
 namespace matopt {
@@ -96,77 +97,12 @@ struct NewtonSchulz {
   /// in the workspace).
   template <class T>
   static detail::ColMap<T> run(Index r, Index s, const Options& o, Workspace<T>& ws) {
-    detail::ColMap<T> x = ws.x.matrix(r, s);
-    const T denominator = T(o.schedule.safety) * detail::robust_norm(x) + T(o.schedule.eps);
-    x *= denominator > T(0) ? T(1) / denominator : T(0);  // a zero U with ns_eps = 0 stays zero
-    if (r == 0 || s == 0) return x;
-    if (uses_gram(o, r, s)) return run_gram(r, s, o, ws);
-    return run_plain(r, s, o.schedule, ws);
-  }
-
- private:
-  /// B <- a I + b A + c A^2 for a full symmetric A (lower triangle computed, then mirrored).
-  template <class T>
-  static void polynomial(const NsCoefficients& k, const detail::ColMap<T>& a, detail::ColMap<T>& b) {
-    b.template triangularView<Eigen::Lower>() = a;
-    detail::syrk_lower(T(k.c), a, T(k.b), b);
-    b.diagonal().array() += T(k.a);
-    detail::mirror_lower(b);
-  }
-
-  template <class T>
-  static detail::ColMap<T> run_plain(Index r, Index s, const NsSchedule& sch, Workspace<T>& ws) {
     detail::ColMap<T> x = ws.x.matrix(r, s), y = ws.y.matrix(r, s);
+    const bool gram = uses_gram(o, r, s) && r > 0 && s > 0;
     detail::ColMap<T> a = ws.a.matrix(r, r), b = ws.b.matrix(r, r);
-    detail::ColMap<T>* cur = &x;
-    detail::ColMap<T>* next = &y;
-    for (int k = 0; k < sch.steps; ++k) {
-      detail::syrk_lower(T(1), *cur, T(0), a);  // A = X X^T
-      detail::mirror_lower(a);
-      polynomial(sch.at(k), a, b);              // B = a I + b A + c A^2
-      detail::gemm(T(1), b, *cur, T(0), *next);  // X <- B X
-      std::swap(cur, next);
-    }
-    return *cur;
-  }
-
-  template <class T>
-  static detail::ColMap<T> run_gram(Index r, Index s, const Options& o, Workspace<T>& ws) {
-    const NsSchedule& sch = o.schedule;
-    detail::ColMap<T> x = ws.x.matrix(r, s), y = ws.y.matrix(r, s);
-    detail::ColMap<T> gram = ws.a.matrix(r, r), m = ws.b.matrix(r, r);
-    detail::ColMap<T> q = ws.q.matrix(r, r), t = ws.t.matrix(r, r);
-    detail::ColMap<T>* cur = &x;
-    detail::ColMap<T>* next = &y;
-    detail::ColMap<T>* qp = &q;
-    detail::ColMap<T>* tp = &t;
-    detail::syrk_lower(T(1), *cur, T(0), gram);  // R = X X^T
-    detail::mirror_lower(gram);
-    bool q_identity = true;
-    for (int k = 0; k < sch.steps; ++k) {
-      polynomial(sch.at(k), gram, m);  // M = a I + b R + c R^2
-      if (q_identity) {
-        *qp = m;
-        q_identity = false;
-      } else {
-        detail::gemm(T(1), *qp, m, T(0), *tp);  // Q <- Q M
-        std::swap(qp, tp);
-      }
-      const bool last = k + 1 == sch.steps;
-      if (last) break;
-      if (std::find(o.restarts.begin(), o.restarts.end(), k + 1) != o.restarts.end()) {
-        detail::gemm(T(1), *qp, *cur, T(0), *next);  // X <- Q X, R <- X X^T, Q <- I
-        std::swap(cur, next);
-        detail::syrk_lower(T(1), *cur, T(0), gram);
-        detail::mirror_lower(gram);
-        q_identity = true;
-      } else {
-        detail::gemm(T(1), m, gram, T(0), *tp);  // R <- M R M
-        detail::gemm(T(1), *tp, m, T(0), gram);
-      }
-    }
-    detail::gemm(T(1), *qp, *cur, T(0), *next);  // output Q X
-    return *next;
+    detail::ColMap<T> q = ws.q.matrix(gram ? r : 0, gram ? r : 0), t = ws.t.matrix(gram ? r : 0, gram ? r : 0);
+    detail::HostEngine engine;
+    return detail::NsMatrices<detail::ColMap<T>>{&x, &y, &a, &b, &q, &t}.run(engine, o, gram);
   }
 };
 

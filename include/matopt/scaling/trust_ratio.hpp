@@ -100,16 +100,18 @@ struct TrustRatio {
     return lr * st.last_ratio * T(factor(o, m, n));
   }
 
-  template <class T, class WMat, class DExpr, class GMat>
-  static void update(WMat& w, const DExpr& q, const GMat& g, State<T>& st, const Options& o, T lr, T lambda) {
-    const Index m = w.rows(), n = w.cols();
-    const T s = T(factor(o, m, n));
-    const auto d = lambda * w + s * q;  // D' (an expression: evaluated twice, never stored)
-    const T w_norm = detail::robust_norm(w);
+  /// Which norms ratio() reads: ||D'|| (OrScale) or ||G|| (LARS). Every backend computes only those.
+  static constexpr bool uses_g_norm = !std::is_same_v<Ratio, trust::OrScale>;
+
+  /// r from ||W||, ||D'|| and ||G|| (spec §3.2), calibrating c at the first step (OrScale-LM) and recording
+  /// r in the state. Shared by every backend.
+  template <class T>
+  static T ratio(T w_norm, T d_norm, T g_norm, State<T>& st, const Options& o, Index m, Index n, T lambda) {
     T r;
     if constexpr (std::is_same_v<Ratio, trust::OrScale>) {
+      (void)g_norm;
+      (void)lambda;
       const T eps = T(o.eps);
-      const T d_norm = detail::robust_norm(d);
       T c = st.calibration;
       if (o.calibrate && !st.calibrated) {
         c = (w_norm >= eps && d_norm >= eps)
@@ -120,11 +122,22 @@ struct TrustRatio {
       }
       r = std::clamp(w_norm / (c * d_norm + eps), T(o.clip_min), T(o.clip_max));
     } else {
-      const T g_norm = detail::robust_norm(g);
+      (void)d_norm;
       r = (w_norm > T(0) && g_norm > T(0)) ? T(o.trust_coefficient) * w_norm / (g_norm + lambda * w_norm)
                                           : T(1);
     }
     st.last_ratio = r;
+    return r;
+  }
+
+  template <class T, class WMat, class DExpr, class GMat>
+  static void update(WMat& w, const DExpr& q, const GMat& g, State<T>& st, const Options& o, T lr, T lambda) {
+    const Index m = w.rows(), n = w.cols();
+    const T s = T(factor(o, m, n));
+    const auto d = lambda * w + s * q;  // D' (an expression: evaluated twice, never stored)
+    const T w_norm = detail::robust_norm(w);
+    const T r = uses_g_norm ? ratio(w_norm, T(0), detail::robust_norm(g), st, o, m, n, lambda)
+                            : ratio(w_norm, detail::robust_norm(d), T(0), st, o, m, n, lambda);
     w -= (lr * r) * d;
   }
 };

@@ -1,0 +1,125 @@
+#pragma once
+// Matrices in device memory (architecture.md, "Backends"): `DeviceMatrix<T>` owns a
+// `thrust::device_vector<T>`; `DeviceMatrixView<T>` is a non-owning view of a device buffer that a
+// framework hands in (a libtorch CUDA tensor's data_ptr(), a cudaMalloc'd block). Both carry rows, cols
+// and the storage order; the mathematics is defined on the logical matrix (spec §0).
+//
+// With Thrust's CPP or OMP device system "device memory" is host memory, so everything here compiles with
+// g++ and runs on the CPU (CI runs the whole Thrust suite that way); with the CUDA system it is GPU memory.
+
+#include <type_traits>
+
+#include <Eigen/Core>
+#include <thrust/copy.h>
+#include <thrust/device_ptr.h>
+#include <thrust/device_vector.h>
+
+#include "matopt/config.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/core/traits.hpp"
+
+namespace matopt {
+
+/// A rows x cols matrix in device memory, owned by someone else. `T` may be const (gradients).
+template <class T>
+struct DeviceMatrixView {
+  T* data = nullptr;  ///< device pointer
+  Index rows = 0;
+  Index cols = 0;
+  Layout layout = Layout::RowMajor;
+
+  Index size() const { return rows * cols; }
+
+  /// A view of mutable data converts to a view of const data.
+  template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
+  operator DeviceMatrixView<const U>() const {
+    return {data, rows, cols, layout};
+  }
+};
+
+/// A rows x cols matrix owning its device memory (thrust::device_vector<T>).
+template <class T>
+class DeviceMatrix {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "matopt::DeviceMatrix<T>: T must be float or double");
+
+ public:
+  using Scalar = T;
+
+  DeviceMatrix() = default;
+  /// Zero-filled.
+  DeviceMatrix(Index rows, Index cols, Layout layout = Layout::RowMajor)
+      : data_(checked_size(rows, cols), T(0)), rows_(rows), cols_(cols), layout_(layout) {}
+  /// A device copy of an Eigen matrix, in the Eigen matrix's storage order.
+  template <class Derived>
+  explicit DeviceMatrix(const Eigen::PlainObjectBase<Derived>& host)
+      : data_(host.data(), host.data() + host.size()),
+        rows_(host.rows()),
+        cols_(host.cols()),
+        layout_(detail::layout_of_v<Derived>) {
+    static_assert(std::is_same_v<typename Derived::Scalar, T>, "matopt::DeviceMatrix: scalar type mismatch");
+  }
+
+  Index rows() const { return rows_; }
+  Index cols() const { return cols_; }
+  Index size() const { return rows_ * cols_; }
+  Layout layout() const { return layout_; }
+  T* data() { return thrust::raw_pointer_cast(data_.data()); }
+  const T* data() const { return thrust::raw_pointer_cast(data_.data()); }
+  thrust::device_vector<T>& storage() { return data_; }
+  const thrust::device_vector<T>& storage() const { return data_; }
+
+  DeviceMatrixView<T> view() { return {data(), rows_, cols_, layout_}; }
+  DeviceMatrixView<const T> view() const { return {data(), rows_, cols_, layout_}; }
+  operator DeviceMatrixView<T>() { return view(); }
+  operator DeviceMatrixView<const T>() const { return view(); }
+
+  /// Copies `host` (same shape) into this matrix, converting to this matrix's storage order.
+  template <class Derived>
+  void assign(const Eigen::MatrixBase<Derived>& host) {
+    if (host.rows() != rows_ || host.cols() != cols_)
+      detail::fail("matopt::DeviceMatrix::assign", "host matrix is ", detail::shape_string(host.rows(), host.cols()),
+                   " but the device matrix is ", detail::shape_string(rows_, cols_));
+    if (layout_ == Layout::RowMajor) {
+      const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> tmp = host;
+      thrust::copy(tmp.data(), tmp.data() + tmp.size(), data_.begin());
+    } else {
+      const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor> tmp = host;
+      thrust::copy(tmp.data(), tmp.data() + tmp.size(), data_.begin());
+    }
+  }
+
+ private:
+  static std::size_t checked_size(Index rows, Index cols) {
+    if (rows < 0 || cols < 0) detail::fail("matopt::DeviceMatrix", "negative shape ", rows, "x", cols);
+    return static_cast<std::size_t>(rows * cols);
+  }
+
+  thrust::device_vector<T> data_;
+  Index rows_ = 0;
+  Index cols_ = 0;
+  Layout layout_ = Layout::RowMajor;
+};
+
+/// A host copy (column-major Eigen matrix) of a device matrix view.
+template <class T>
+Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, Eigen::Dynamic> to_host(DeviceMatrixView<T> v) {
+  using P = std::remove_const_t<T>;
+  Eigen::Matrix<P, Eigen::Dynamic, Eigen::Dynamic> out(v.rows, v.cols);
+  if (v.size() == 0) return out;
+  const thrust::device_ptr<const P> p(v.data);
+  if (v.layout == Layout::ColMajor) {
+    thrust::copy(p, p + v.size(), out.data());
+  } else {
+    Eigen::Matrix<P, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> tmp(v.rows, v.cols);
+    thrust::copy(p, p + v.size(), tmp.data());
+    out = tmp;
+  }
+  return out;
+}
+template <class T>
+Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> to_host(const DeviceMatrix<T>& m) {
+  return to_host(m.view());
+}
+
+}  // namespace matopt

@@ -1,0 +1,407 @@
+#pragma once
+// DeviceOptimizer<HostOptimizer, Engine>: a matopt::Optimizer (a preset or a user composition) stepping
+// matrices in device memory. The step is Optimizer's (core/optimizer.hpp), stage for stage:
+//   U = u_g G + u_v V;  D = Preconditioner(U);  W = Scaling(W, D, G);  V = v_v V + v_g G
+// with the policies' own scalar rules (MomentumPolicy::coefficients, Scaling::coefficients / ratio,
+// the NS schedule and precondition/ns_algorithm.hpp) and the matrix work done by `Engine`: ThrustEngine
+// (backend/thrust.hpp) or the CUDA engine (backend/cuda/engine.cuh). Options, defaults and validation are
+// the host optimizer's; bad input throws std::invalid_argument before anything is written, as on the host.
+//
+// Policies on device: momentum Ema / Sum / NoMomentum; Orthogonalize<NewtonSchulz<...>> (plain and Gram),
+// RowNormalize, ColNormalize, Identity, Sign; Static and TrustRatio scaling. ExactPolar (an SVD),
+// SpectralCap and Adaptive are host-only for now (a static_assert says so).
+// Device memory: the momentum buffer per state; one workspace per optimizer, grown by make_state, so step
+// allocates nothing on the device (Thrust's reductions may use a temporary buffer; the CUDA engine's do not).
+
+#include <cstdint>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include <thrust/device_vector.h>
+#include <thrust/fill.h>
+
+#include "matopt/backend/device_matrix.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/core/step_policy.hpp"
+#include "matopt/precondition/col_normalize.hpp"
+#include "matopt/precondition/elementwise.hpp"
+#include "matopt/precondition/fused_normalize.hpp"
+#include "matopt/precondition/newton_schulz.hpp"
+#include "matopt/precondition/ns_algorithm.hpp"
+#include "matopt/precondition/orthogonalize.hpp"
+#include "matopt/precondition/row_normalize.hpp"
+#include "matopt/scaling/static.hpp"
+#include "matopt/scaling/trust_ratio.hpp"
+
+namespace matopt {
+namespace detail {
+
+/// A rows x cols matrix at data with element (i, j) at data[i * rs + j * cs]: any storage order, and
+/// transposes without copies. Column-major handles (rs = 1, cs = rows) are the engines' dense operands.
+template <class T>
+struct Strided {
+  using value_type = T;
+  T* data = nullptr;
+  Index rows = 0, cols = 0, rs = 0, cs = 0;
+
+  MATOPT_HOST_DEVICE T& operator()(Index i, Index j) const { return data[i * rs + j * cs]; }
+  MATOPT_HOST_DEVICE Index size() const { return rows * cols; }
+  /// The transpose (a view of the same memory).
+  Strided t() const { return {data, cols, rows, cs, rs}; }
+  template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
+  operator Strided<const U>() const {
+    return {data, rows, cols, rs, cs};
+  }
+};
+
+template <class T>
+Strided<T> col_major(T* data, Index rows, Index cols) {
+  return {data, rows, cols, 1, rows};
+}
+template <class T>
+Strided<T> strided(T* data, Index rows, Index cols, Layout layout) {
+  return layout == Layout::RowMajor ? Strided<T>{data, rows, cols, cols, 1} : Strided<T>{data, rows, cols, 1, rows};
+}
+template <class T>
+Strided<T> strided(DeviceMatrixView<T> v) {
+  return strided(v.data, v.rows, v.cols, v.layout);
+}
+template <class T>
+T* raw(thrust::device_vector<T>& v) {
+  return thrust::raw_pointer_cast(v.data());
+}
+/// Grows a device buffer (never shrinks): only make_state calls this.
+template <class T>
+void grow(thrust::device_vector<T>& v, Index size) {
+  if (Index(v.size()) < size) v.resize(std::size_t(size));
+}
+
+/// The device workspace of one optimizer (sized by the largest parameter it has made state for).
+template <class T>
+struct DeviceWorkspace {
+  thrust::device_vector<T> u, x, y, a, b, q, t, scale, clean;
+  std::size_t bytes() const {
+    return (u.size() + x.size() + y.size() + a.size() + b.size() + q.size() + t.size() + scale.size() +
+            clean.size()) *
+           sizeof(T);
+  }
+};
+
+template <class P>
+inline constexpr bool host_only_policy_v = false;
+
+/// Engines that keep their own scratch (the CUDA engine: bf16 operands, reduction results) size it in
+/// reserve(m, n), called from make_state; others need not declare it.
+template <class E, class = void>
+inline constexpr bool engine_has_reserve_v = false;
+template <class E>
+inline constexpr bool engine_has_reserve_v<E, std::void_t<decltype(std::declval<E&>().reserve(Index(), Index()))>> =
+    true;
+
+/// How each preconditioner runs on a device engine: reserve(ws, options, m, n) and
+/// apply(engine, ws, options, m, n, layout, form_u) -> D, where form_u(target) writes U into the m x n
+/// target and D is a view of the workspace.
+template <class P>
+struct DevicePreconditioner {
+  static_assert(host_only_policy_v<P>,
+                "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
+                "Orthogonalize<NewtonSchulz<...>>, RowNormalize, ColNormalize, Identity, Sign)");
+};
+
+template <class Schedule, NsVariant V>
+struct DevicePreconditioner<Orthogonalize<NewtonSchulz<Schedule, V>>> {
+  using Method = NewtonSchulz<Schedule, V>;
+  using Options = typename Method::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    const Index r = m < n ? m : n, s = m < n ? n : m;  // Orthogonalize: r x s with r <= s
+    grow(ws.x, r * s);
+    grow(ws.y, r * s);
+    grow(ws.a, r * r);
+    grow(ws.b, r * r);
+    if (Method::uses_gram(o, r, s)) {
+      grow(ws.q, r * r);
+      grow(ws.t, r * r);
+    }
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout,
+                          FormU&& form_u) {
+    const bool tall = m > n;  // as Orthogonalize: X = U (m <= n) or U^T, column-major r x s
+    const Index r = tall ? n : m, s = tall ? m : n;
+    Strided<T> x = col_major(raw(ws.x), r, s), y = col_major(raw(ws.y), r, s);
+    form_u(tall ? x.t() : x);
+    const bool gram = Method::uses_gram(o, r, s) && r > 0 && s > 0;
+    Strided<T> a = col_major(raw(ws.a), r, r), b = col_major(raw(ws.b), r, r);
+    Strided<T> q = col_major(gram ? raw(ws.q) : nullptr, gram ? r : 0, gram ? r : 0), t = q;
+    if (gram) t = col_major(raw(ws.t), r, r);
+    const Strided<T> d = NsMatrices<Strided<T>>{&x, &y, &a, &b, &q, &t}.run(e, o, gram);
+    return tall ? d.t() : d;
+  }
+};
+
+/// U in the workspace, in W's storage order (the element-wise and normalizing preconditioners).
+template <class T, class FormU>
+Strided<T> form_in_workspace(DeviceWorkspace<T>& ws, Index m, Index n, Layout layout, FormU&& form_u) {
+  const Strided<T> u = strided(raw(ws.u), m, n, layout);
+  form_u(u);
+  return u;
+}
+
+template <>
+struct DevicePreconditioner<RowNormalize> {
+  using Options = RowNormalize::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
+    grow(ws.u, m * n);
+    grow(ws.scale, m);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
+                          FormU&& form_u) {
+    const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
+    e.inverse_row_norms(Strided<const T>(u), T(o.eps), raw(ws.scale));  // 1 / max(||U_i||, eps)
+    e.scale_rows(u, static_cast<const T*>(raw(ws.scale)));
+    return u;
+  }
+};
+
+template <>
+struct DevicePreconditioner<ColNormalize> {
+  using Options = ColNormalize::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
+    grow(ws.u, m * n);
+    grow(ws.scale, n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
+                          FormU&& form_u) {
+    const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
+    e.inverse_row_norms(Strided<const T>(u.t()), T(o.eps), raw(ws.scale));  // columns = rows of U^T
+    e.scale_rows(u.t(), static_cast<const T*>(raw(ws.scale)));
+    return u;
+  }
+};
+
+template <>
+struct DevicePreconditioner<Identity> {
+  using Options = Identity::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
+    grow(ws.u, m * n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine&, DeviceWorkspace<T>& ws, const Options&, Index m, Index n, Layout layout,
+                          FormU&& form_u) {
+    return form_in_workspace(ws, m, n, layout, form_u);
+  }
+};
+
+template <>
+struct DevicePreconditioner<Sign> {
+  using Options = Sign::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
+    grow(ws.u, m * n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options&, Index m, Index n, Layout layout,
+                          FormU&& form_u) {
+    const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
+    e.sign(u);
+    return u;
+  }
+};
+
+/// How each scaling updates W on a device engine (d is a workspace view and may be overwritten).
+template <class S>
+struct DeviceScaling {
+  static_assert(host_only_policy_v<S>,
+                "matopt::DeviceOptimizer: this scaling has no device implementation (device scalings: Static, "
+                "TrustRatio)");
+};
+
+template <class Rule>
+struct DeviceScaling<Static<Rule>> {
+  using S = Static<Rule>;
+  template <class T, class Engine>
+  static void update(Engine& e, Strided<T> w, Strided<T> d, Strided<const T>, typename S::template State<T>&,
+                     const typename S::Options& o, T lr, T lambda) {
+    const auto k = S::coefficients(o, lr, lambda, w.rows, w.cols);  // W <- (1 - lr lambda) W - lr s D
+    e.update(w, k.keep, k.step, Strided<const T>(d));
+  }
+};
+
+template <class Ratio, class Shape>
+struct DeviceScaling<TrustRatio<Ratio, Shape>> {
+  using S = TrustRatio<Ratio, Shape>;
+  template <class T, class Engine>
+  static void update(Engine& e, Strided<T> w, Strided<T> q, Strided<const T> g, typename S::template State<T>& st,
+                     const typename S::Options& o, T lr, T lambda) {
+    const Index m = w.rows, n = w.cols;
+    e.combine(q, lambda, Strided<const T>(w), T(S::factor(o, m, n)), Strided<const T>(q));  // D' = lambda W + s Q
+    const T w_norm = e.norm(Strided<const T>(w));
+    const T r = S::uses_g_norm ? S::ratio(w_norm, T(0), e.norm(g), st, o, m, n, lambda)
+                               : S::ratio(w_norm, e.norm(Strided<const T>(q)), T(0), st, o, m, n, lambda);
+    e.update(w, T(1), lr * r, Strided<const T>(q));  // W <- W - lr r D'
+  }
+};
+
+}  // namespace detail
+
+template <class HostOptimizer, class Engine>
+class DeviceOptimizer {
+ public:
+  using Host = HostOptimizer;
+  using Scalar = typename Host::Scalar;
+  using T = Scalar;
+  using Options = typename Host::Options;
+  using PreconditionerType = typename Host::PreconditionerType;
+  using MomentumType = typename Host::MomentumType;
+  using ScalingType = typename Host::ScalingType;
+  using EngineType = Engine;
+
+  /// Per-parameter state: the momentum buffer (device memory, in W's storage order) and the scaling's state.
+  struct State {
+    Index rows = 0;
+    Index cols = 0;
+    Layout layout = Layout::RowMajor;
+    std::int64_t steps = 0;
+    std::int64_t skipped = 0;
+    std::int64_t zeroed = 0;
+    thrust::device_vector<T> momentum;
+    typename ScalingType::template State<T> scaling{};
+    std::size_t bytes() const { return momentum.size() * sizeof(T); }
+  };
+
+  DeviceOptimizer() : DeviceOptimizer(Options{}) {}
+  explicit DeviceOptimizer(const Options& options, Engine engine = Engine{})
+      : options_(options), engine_(std::move(engine)) {
+    Host::validate(options_, name());
+  }
+
+  static constexpr const char* name() { return Host::name(); }
+  Options& options() { return options_; }
+  const Options& options() const { return options_; }
+  Engine& engine() { return engine_; }
+
+  /// The state for parameter w; grows the shared device workspace to fit w's shape.
+  State make_state(DeviceMatrixView<const T> w) {
+    check_view(w, "W");
+    State s;
+    s.rows = w.rows;
+    s.cols = w.cols;
+    s.layout = w.layout;
+    if constexpr (MomentumType::has_buffer) s.momentum.assign(std::size_t(w.size()), T(0));
+    reserve(w.rows, w.cols);
+    return s;
+  }
+  State make_state(const DeviceMatrix<T>& w) { return make_state(w.view()); }
+
+  /// One step in place, on device memory. Throws std::invalid_argument (W and state unchanged) on bad
+  /// hyperparameters, a shape or layout mismatch, or (NonFinite::Throw) a non-finite gradient.
+  void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) {
+    constexpr const char* where = Host::name();
+    Host::validate(options_, where);
+    check_view(w, "W");
+    check_view(g, "G");
+    if (g.rows != w.rows || g.cols != w.cols)
+      detail::fail(where, "G is ", detail::shape_string(g.rows, g.cols), " but W is ",
+                   detail::shape_string(w.rows, w.cols));
+    if (!detail::same_layout(g.layout, w.layout, w.rows, w.cols))
+      detail::fail(where, "G is ", detail::layout_name(g.layout), " but W is ", detail::layout_name(w.layout));
+    if (state.rows != w.rows || state.cols != w.cols)
+      detail::fail(where, "state was made for a ", detail::shape_string(state.rows, state.cols),
+                   " parameter but W is ", detail::shape_string(w.rows, w.cols));
+    if (!detail::same_layout(state.layout, w.layout, w.rows, w.cols))
+      detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
+                   detail::layout_name(w.layout));
+    reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
+    detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);
+    if (!engine_.all_finite(gs)) {
+      switch (options_.non_finite) {
+        case NonFinite::Skip:
+          ++state.skipped;
+          return;
+        case NonFinite::Zero: {
+          detail::grow(ws_.clean, w.size());
+          const detail::Strided<T> clean = detail::strided(detail::raw(ws_.clean), w.rows, w.cols, w.layout);
+          engine_.clean(clean, gs);
+          gs = clean;
+          ++state.zeroed;
+          break;
+        }
+        default:
+          detail::fail(where, "G (", detail::shape_string(g.rows, g.cols),
+                       ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+      }
+    }
+    apply(detail::strided(w), gs, state);
+    ++state.steps;
+  }
+  void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) { step(w.view(), g.view(), state); }
+
+  /// lr * s(m, n) (Static) or lr * r * s with the last trust ratio (TrustRatio), as on the host.
+  T effective_lr(const State& s) const {
+    return ScalingType::effective_lr(options_.scaling, s.scaling, options_.lr, s.rows, s.cols);
+  }
+  /// Device bytes of the shared workspace.
+  std::size_t workspace_bytes() const { return ws_.bytes(); }
+
+ private:
+  using Precondition = detail::DevicePreconditioner<PreconditionerType>;
+  using Scale = detail::DeviceScaling<ScalingType>;
+
+  /// Row/ColNormalize with Static scaling: one pass per normalized vector (fused_normalize.hpp's step).
+  static constexpr bool fused =
+      MomentumType::has_buffer && detail::has_fused_step_v<ScalingType> &&
+      (std::is_same_v<PreconditionerType, RowNormalize> || std::is_same_v<PreconditionerType, ColNormalize>);
+
+  static void check_view(DeviceMatrixView<const T> v, const char* what) {
+    if (v.rows < 0 || v.cols < 0) detail::fail(Host::name(), what, " has a negative shape ", v.rows, "x", v.cols);
+    if (v.data == nullptr && v.size() != 0)
+      detail::fail(Host::name(), what, " has null data for a ", detail::shape_string(v.rows, v.cols), " matrix");
+  }
+
+  void reserve(Index m, Index n) {
+    Precondition::reserve(ws_, options_.precondition, m, n);
+    if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(m, n);
+    if (options_.non_finite == NonFinite::Zero) detail::grow(ws_.clean, m * n);
+  }
+
+  void apply(detail::Strided<T> w, detail::Strided<const T> g, State& state) {
+    const Index m = w.rows, n = w.cols;
+    if (m * n == 0) return;
+    const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
+    const T lr = options_.lr, lambda = options_.weight_decay;
+    [[maybe_unused]] const detail::Strided<T> v =
+        detail::strided(MomentumType::has_buffer ? detail::raw(state.momentum) : nullptr, m, n, state.layout);
+    if constexpr (fused) {
+      const auto k = ScalingType::coefficients(options_.scaling, lr, lambda, m, n);
+      const detail::FusedStep<T> f{c, T(options_.precondition.eps), k.keep, k.step};
+      if constexpr (std::is_same_v<PreconditionerType, RowNormalize>)
+        engine_.fused_normalize_rows(w, g, v, f);
+      else
+        engine_.fused_normalize_rows(w.t(), detail::Strided<const T>(g.t()), v.t(), f);
+      return;
+    }
+    auto form_u = [&](detail::Strided<T> target) {  // U = u_g G + u_v V
+      if constexpr (MomentumType::has_buffer)
+        engine_.combine(target, c.u_g, g, c.u_v, detail::Strided<const T>(v));
+      else
+        engine_.copy(g, target);
+    };
+    const detail::Strided<T> d = Precondition::apply(engine_, ws_, options_.precondition, m, n, state.layout, form_u);
+    Scale::update(engine_, w, d, g, state.scaling, options_.scaling, lr, lambda);
+    if constexpr (MomentumType::has_buffer)
+      engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
+  }
+
+  Options options_;
+  Engine engine_;
+  detail::DeviceWorkspace<T> ws_;
+};
+
+}  // namespace matopt

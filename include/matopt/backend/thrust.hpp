@@ -1,0 +1,391 @@
+#pragma once
+// The Thrust backend (architecture.md, "Backends"): every optimizer over device matrices, with the dense
+// and element-wise operations written as Thrust algorithms. The device system is Thrust's choice at
+// compile time (THRUST_DEVICE_SYSTEM = CPP, OMP or CUDA; CMake: MATOPT_THRUST_DEVICE_SYSTEM): with CPP or
+// OMP it compiles with g++ and runs on the CPU, which is how CI tests it without a GPU.
+//
+//   matopt::DeviceOptimizer<matopt::Muon<float>> opt;      // the preset's Options, defaults, checks
+//   auto state = opt.make_state(w);                         // w: DeviceMatrix<float> or DeviceMatrixView
+//   opt.step(w, g, state);
+//
+// The algorithms are not forked from the Eigen path: Newton–Schulz is precondition/ns_algorithm.hpp with
+// this file's ThrustEngine, and every scalar rule (momentum coefficients, schedules, shape factors, trust
+// ratios, the normalization floor) is the policy's own function (backend/device_optimizer.hpp). The
+// products here are plain loops, one output element per Thrust work item: fine for CPU tests and small
+// GPU matrices; the CUDA backend (backend/cuda/engine.cuh) replaces them with cuBLAS and fused kernels.
+
+#include <cfloat>
+#include <cmath>
+#include <type_traits>
+
+#include <thrust/for_each.h>
+#include <thrust/functional.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform_reduce.h>
+
+#include "matopt/backend/device_matrix.hpp"
+#include "matopt/backend/device_optimizer.hpp"
+#include "matopt/config.hpp"
+
+namespace matopt {
+
+namespace detail {
+
+/// Per-type limits usable in device code (std::numeric_limits is not, without relaxed constexpr).
+template <class T>
+struct DeviceLimits;
+template <>
+struct DeviceLimits<float> {
+  static MATOPT_HOST_DEVICE float min() { return FLT_MIN; }
+  static MATOPT_HOST_DEVICE float max() { return FLT_MAX; }
+};
+template <>
+struct DeviceLimits<double> {
+  static MATOPT_HOST_DEVICE double min() { return DBL_MIN; }
+  static MATOPT_HOST_DEVICE double max() { return DBL_MAX; }
+};
+
+/// x is neither inf nor NaN (device-safe).
+template <class T>
+MATOPT_HOST_DEVICE bool finite_value(T x) {
+  return x - x == T(0);
+}
+
+/// The Euclidean norm of `len` elements x[k * stride] without overflow or underflow (core/norms.hpp's
+/// rule: the plain sum of squares, recomputed as a * ||x / a|| only when it leaves the normal range).
+template <class T>
+MATOPT_HOST_DEVICE T line_norm(const T* x, Index len, Index stride) {
+  using std::fabs;
+  using std::fmax;
+  using std::sqrt;
+  T sumsq = T(0);
+  for (Index k = 0; k < len; ++k) sumsq += x[k * stride] * x[k * stride];
+  if ((sumsq >= DeviceLimits<T>::min() && sumsq <= DeviceLimits<T>::max()) || sumsq != sumsq) return sqrt(sumsq);
+  T a = T(0);
+  for (Index k = 0; k < len; ++k) a = fmax(a, fabs(x[k * stride]));
+  if (!(a > T(0)) || !finite_value(a)) return a;
+  T scaled = T(0);
+  for (Index k = 0; k < len; ++k) scaled += (x[k * stride] / a) * (x[k * stride] / a);
+  return a * sqrt(scaled);
+}
+
+/// Element k of the rows x cols iteration space of `out`, in out's memory order (unit stride innermost).
+template <class T>
+MATOPT_HOST_DEVICE void element_of(const Strided<T>& out, Index k, Index& i, Index& j) {
+  if (out.rs == 1) {
+    i = k % out.rows;
+    j = k / out.rows;
+  } else {
+    i = k / out.cols;
+    j = k % out.cols;
+  }
+}
+
+// Work items of the Thrust engine (functors, so that they compile for every device system).
+template <class T>
+struct CombineOp {  // out = a x + b y
+  Strided<T> out;
+  Strided<const T> x, y;
+  T a, b;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(out, k, i, j);
+    out(i, j) = a * x(i, j) + b * y(i, j);
+  }
+};
+template <class T>
+struct CopyOp {  // out = x
+  Strided<T> out;
+  Strided<const T> x;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(out, k, i, j);
+    out(i, j) = x(i, j);
+  }
+};
+template <class T>
+struct UpdateOp {  // w = keep w - step d
+  Strided<T> w;
+  Strided<const T> d;
+  T keep, step;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(w, k, i, j);
+    w(i, j) = keep * w(i, j) - step * d(i, j);
+  }
+};
+template <class T>
+struct ScaleOp {
+  Strided<T> x;
+  T s;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(x, k, i, j);
+    x(i, j) *= s;
+  }
+};
+template <class T>
+struct CleanOp {  // out = finite(g) ? g : 0
+  Strided<T> out;
+  Strided<const T> g;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(out, k, i, j);
+    const T v = g(i, j);
+    out(i, j) = finite_value(v) ? v : T(0);
+  }
+};
+template <class T>
+struct SignOp {
+  Strided<T> x;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(x, k, i, j);
+    const T v = x(i, j);
+    x(i, j) = T((v > T(0)) - (v < T(0)));
+  }
+};
+template <class T>
+struct SquareAt {  // x(k)^2, x(k) / a squared, |x(k)|, finiteness
+  Strided<const T> x;
+  T inv_a;
+  MATOPT_HOST_DEVICE T operator()(Index k) const {
+    Index i, j;
+    element_of(x, k, i, j);
+    const T v = x(i, j) * inv_a;
+    return v * v;
+  }
+};
+template <class T>
+struct AbsAt {
+  Strided<const T> x;
+  MATOPT_HOST_DEVICE T operator()(Index k) const {
+    using std::fabs;
+    Index i, j;
+    element_of(x, k, i, j);
+    return fabs(x(i, j));
+  }
+};
+template <class T>
+struct FiniteAt {
+  Strided<const T> x;
+  MATOPT_HOST_DEVICE bool operator()(Index k) const {
+    Index i, j;
+    element_of(x, k, i, j);
+    return finite_value(x(i, j));
+  }
+};
+template <class T>
+struct InverseRowNormOp {  // inv[i] = 1 / max(||u_i||, eps)
+  Strided<const T> u;
+  T* inv;
+  T eps;
+  MATOPT_HOST_DEVICE void operator()(Index i) const {
+    const T n = line_norm(&u(i, 0), u.cols, u.cs);
+    inv[i] = T(1) / (n > eps ? n : eps);
+  }
+};
+template <class T>
+struct ScaleRowsOp {  // x(i, j) *= s[i]
+  Strided<T> x;
+  const T* s;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(x, k, i, j);
+    x(i, j) *= s[i];
+  }
+};
+template <class T>
+struct FusedRowOp {  // a whole RowNormalize + Static step for row i (fused_normalize.hpp's formulas)
+  Strided<T> w, v;
+  Strided<const T> g;
+  FusedStep<T> f;
+  MATOPT_HOST_DEVICE void operator()(Index i) const {
+    using std::fabs;
+    using std::fmax;
+    using std::sqrt;
+    T sumsq = T(0);
+    for (Index j = 0; j < w.cols; ++j) {
+      const T u = f.c.u_g * g(i, j) + f.c.u_v * v(i, j);
+      sumsq += u * u;
+    }
+    T norm = sqrt(sumsq);
+    if (!((sumsq >= DeviceLimits<T>::min() && sumsq <= DeviceLimits<T>::max()) || sumsq != sumsq)) {
+      T a = T(0);  // left the normal range: a * ||u / a|| (core/norms.hpp)
+      for (Index j = 0; j < w.cols; ++j) a = fmax(a, fabs(f.c.u_g * g(i, j) + f.c.u_v * v(i, j)));
+      if (a > T(0) && finite_value(a)) {
+        T scaled = T(0);
+        for (Index j = 0; j < w.cols; ++j) {
+          const T u = (f.c.u_g * g(i, j) + f.c.u_v * v(i, j)) / a;
+          scaled += u * u;
+        }
+        norm = a * sqrt(scaled);
+      } else {
+        norm = a;
+      }
+    }
+    const T scale = f.step / (norm > f.eps ? norm : f.eps);
+    for (Index j = 0; j < w.cols; ++j) {
+      const T gij = g(i, j), vij = v(i, j);
+      w(i, j) = f.keep * w(i, j) - scale * (f.c.u_g * gij + f.c.u_v * vij);
+      v(i, j) = f.c.v_v * vij + f.c.v_g * gij;
+    }
+  }
+};
+template <class T>
+struct GemmOp {  // c = alpha a b + beta c, one element per item (column-major handles)
+  Strided<const T> a, b;
+  Strided<T> c;
+  T alpha, beta;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    const Index i = k % c.rows, j = k / c.rows;
+    T acc = T(0);
+    for (Index l = 0; l < a.cols; ++l) acc += a(i, l) * b(l, j);
+    c(i, j) = alpha * acc + (beta == T(0) ? T(0) : beta * c(i, j));
+  }
+};
+template <class T>
+struct SyrkLowerOp {  // lower(c) = alpha a a^T + beta lower(c)
+  Strided<const T> a;
+  Strided<T> c;
+  T alpha, beta;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    const Index i = k % c.rows, j = k / c.rows;
+    if (i < j) return;
+    T acc = T(0);
+    for (Index l = 0; l < a.cols; ++l) acc += a(i, l) * a(j, l);
+    c(i, j) = alpha * acc + (beta == T(0) ? T(0) : beta * c(i, j));
+  }
+};
+template <class T>
+struct TriangleOp {  // mirror: c(i, j) = c(j, i) for i < j; copy_lower: dst(i, j) = src(i, j) for i >= j
+  Strided<const T> src;
+  Strided<T> dst;
+  bool mirror;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    const Index i = k % dst.rows, j = k / dst.rows;
+    if (mirror && i < j) dst(i, j) = src(j, i);
+    if (!mirror && i >= j) dst(i, j) = src(i, j);
+  }
+};
+template <class T>
+struct AddDiagonalOp {
+  Strided<T> c;
+  T v;
+  MATOPT_HOST_DEVICE void operator()(Index i) const { c(i, i) += v; }
+};
+
+}  // namespace detail
+
+/// The Thrust engine: the operations DeviceOptimizer and the Newton–Schulz algorithm need, on strided
+/// device matrices, for Thrust's configured device system.
+struct ThrustEngine {
+  template <class M>
+  using scalar_t = std::remove_const_t<typename M::value_type>;
+  static constexpr const char* name() { return "thrust"; }
+
+  template <class F>
+  static void each(Index n, F f) {
+    if (n > 0) thrust::for_each(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(n), f);
+  }
+
+  // Element-wise, on any strides (out's shape is the iteration space).
+  template <class T>
+  void combine(detail::Strided<T> out, T a, detail::Strided<const T> x, T b, detail::Strided<const T> y) {
+    each(out.size(), detail::CombineOp<T>{out, x, y, a, b});
+  }
+  template <class T>
+  void copy(detail::Strided<const T> x, detail::Strided<T> out) {
+    each(out.size(), detail::CopyOp<T>{out, x});
+  }
+  template <class T>
+  void update(detail::Strided<T> w, T keep, T step, detail::Strided<const T> d) {
+    each(w.size(), detail::UpdateOp<T>{w, d, keep, step});
+  }
+  template <class T>
+  void scale(detail::Strided<T> x, T s) {
+    each(x.size(), detail::ScaleOp<T>{x, s});
+  }
+  template <class T>
+  void clean(detail::Strided<T> out, detail::Strided<const T> g) {
+    each(out.size(), detail::CleanOp<T>{out, g});
+  }
+  template <class T>
+  void sign(detail::Strided<T> x) {
+    each(x.size(), detail::SignOp<T>{x});
+  }
+  template <class T>
+  bool all_finite(detail::Strided<const T> x) {
+    if (x.size() == 0) return true;
+    return thrust::transform_reduce(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(x.size()),
+                                    detail::FiniteAt<T>{x}, true, thrust::logical_and<bool>());
+  }
+  /// Frobenius norm without overflow or underflow (core/norms.hpp's rule).
+  template <class T>
+  T norm(detail::Strided<const T> x) {
+    if (x.size() == 0) return T(0);
+    const auto first = thrust::counting_iterator<Index>(0), last = first + x.size();
+    const T sumsq = thrust::transform_reduce(first, last, detail::SquareAt<T>{x, T(1)}, T(0), thrust::plus<T>());
+    if (detail::normal_sumsq(sumsq) || std::isnan(sumsq)) return std::sqrt(sumsq);
+    const T a = thrust::transform_reduce(first, last, detail::AbsAt<T>{x}, T(0), thrust::maximum<T>());
+    if (!(a > T(0)) || !std::isfinite(a)) return a;
+    return a * std::sqrt(thrust::transform_reduce(first, last, detail::SquareAt<T>{x, T(1) / a}, T(0),
+                                                  thrust::plus<T>()));
+  }
+  template <class T>
+  T norm(detail::Strided<T> x) {
+    return norm(detail::Strided<const T>(x));
+  }
+  template <class T>
+  static bool empty(const detail::Strided<T>& x) {
+    return x.size() == 0;
+  }
+
+  /// inv[i] = 1 / max(||u_i||, eps) for each row of u (columns: pass u.t()).
+  template <class T>
+  void inverse_row_norms(detail::Strided<const T> u, T eps, T* inv) {
+    each(u.rows, detail::InverseRowNormOp<T>{u, inv, eps});
+  }
+  template <class T>
+  void scale_rows(detail::Strided<T> x, const T* s) {
+    each(x.size(), detail::ScaleRowsOp<T>{x, s});
+  }
+  /// A whole RowNormalize + Static step, one row per work item (ColNormalize: pass transposes).
+  template <class T>
+  void fused_normalize_rows(detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> v,
+                            const detail::FusedStep<T>& f) {
+    each(w.rows, detail::FusedRowOp<T>{w, v, g, f});
+  }
+
+  // Dense products on column-major handles (precondition/ns_algorithm.hpp's engine interface).
+  template <class T>
+  void gemm(T alpha, const detail::Strided<T>& a, const detail::Strided<T>& b, T beta, detail::Strided<T>& c) {
+    each(c.size(), detail::GemmOp<T>{a, b, c, alpha, beta});
+  }
+  template <class T>
+  void syrk_lower(T alpha, const detail::Strided<T>& a, T beta, detail::Strided<T>& c) {
+    each(c.size(), detail::SyrkLowerOp<T>{a, c, alpha, beta});
+  }
+  template <class T>
+  void mirror_lower(detail::Strided<T>& c) {
+    each(c.size(), detail::TriangleOp<T>{c, c, true});
+  }
+  template <class T>
+  void copy_lower(const detail::Strided<T>& src, detail::Strided<T>& dst) {
+    each(dst.size(), detail::TriangleOp<T>{src, dst, false});
+  }
+  template <class T>
+  void add_diagonal(detail::Strided<T>& c, T v) {
+    each(c.rows, detail::AddDiagonalOp<T>{c, v});
+  }
+  template <class T>
+  void copy(const detail::Strided<T>& src, detail::Strided<T>& dst) {
+    copy(detail::Strided<const T>(src), dst);
+  }
+};
+
+/// A device optimizer on Thrust's configured device system (see the file comment).
+template <class HostOptimizer>
+using ThrustOptimizer = DeviceOptimizer<HostOptimizer, ThrustEngine>;
+
+}  // namespace matopt
