@@ -12,7 +12,8 @@
 // this file's ThrustEngine, and every scalar rule (momentum coefficients, schedules, shape factors, trust
 // ratios, the normalization floor) is the policy's own function (backend/device_optimizer.hpp). The
 // products here are plain loops, one output element per Thrust work item: fine for CPU tests and small
-// GPU matrices; the CUDA backend (backend/cuda/engine.cuh) replaces them with cuBLAS and fused kernels.
+// GPU matrices; the CUDA backend (backend/cuda.cuh) replaces them with cuBLAS and fused kernels.
+// Diagnostics of device matrices: backend/device_diagnostics.hpp.
 
 #include <cfloat>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform_reduce.h>
 
+#include "matopt/backend/device_diagnostics.hpp"
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/backend/device_optimizer.hpp"
 #include "matopt/config.hpp"
