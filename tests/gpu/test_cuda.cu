@@ -1,0 +1,622 @@
+// The CUDA backend (issue 4) against the Eigen backend. Needs an NVIDIA GPU to run (CTest label gpu; built
+// whenever nvcc is found; scripts/gpu-check.sh builds and runs it on a GPU machine).
+//
+// - every preset (Muon, MoonlightMuon, RMNP, ColNorm, OrScale) and the compositions of test_thrust.cpp with
+//   cuda::Engine against the host preset, both storage orders, float and double, odd shapes (1 x n, n x 1,
+//   empty, and shapes that take each row-kernel path: warp, block and long rows, two-pass along and across);
+// - Newton–Schulz in FP32, TF32 and BF16 against the host NS in double, per-precision tolerances;
+// - orthogonalize_batched against a loop of single orthogonalize calls;
+// - engine scratch poisoned (NaN) before every run, and outputs poisoned before they are written;
+// - norms and finiteness checks at extreme magnitudes; non-finite gradient policies; bad input leaves W
+//   unchanged; CUDA and cuBLAS failures become cuda::Error; step allocates no device memory.
+//
+// Tolerances of the Newton–Schulz products, relative Frobenius error of D against the host in double:
+//   FP32 1e-4 (as tests/test_orthogonalize.cpp for float); TF32 (10 explicit mantissa bits, unit roundoff
+//   u = 2^-11 = 4.9e-4) 1.5e-2; BF16 (7 explicit bits, u = 2^-8 = 3.9e-3) 0.1. Each product rounds its
+//   operands (relative error ~u per product) and five NS steps amplify earlier errors by |p'(s)| <= 3.4 per
+//   step (Jordan's quintic; ~1-1.7 on converged singular values), about 10-15 u at the end: 0.1 is ~26 u for
+//   BF16 and 1.5e-2 ~30 u for TF32. A wrong block, transpose or triangle gives errors of order 1.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <thrust/copy.h>
+#include <thrust/count.h>
+#include <thrust/device_vector.h>
+
+#include <matopt/backend/cuda.cuh>
+#include <matopt/matopt.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+
+using matopt::Index;
+using matopt::Layout;
+using matopt::test::rel_error;
+namespace mc = matopt::cuda;
+
+template <class T, int Order>
+using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>;
+
+template <class T>
+T* raw(thrust::device_vector<T>& v) {
+  return thrust::raw_pointer_cast(v.data());
+}
+
+/// Fills device memory with 0xFF bytes: NaN in fp32, fp64 and bf16.
+template <class T>
+void poison(thrust::device_vector<T>& v) {
+  if (!v.empty()) MATOPT_CUDA_CHECK(cudaMemset(raw(v), 0xFF, v.size() * sizeof(T)));
+}
+
+/// `count` m x n matrices (count * m rows of u, block b = matrix b) on the device in `layout`.
+template <class T>
+thrust::device_vector<T> to_device(const Eigen::MatrixXd& u, Index count, Layout layout) {
+  const Index m = u.rows() / (count > 0 ? count : 1), n = u.cols();
+  std::vector<T> h(std::size_t(u.size()));
+  for (Index b = 0; b < count; ++b)
+    for (Index i = 0; i < m; ++i)
+      for (Index j = 0; j < n; ++j)
+        h[std::size_t(b * m * n + (layout == Layout::RowMajor ? i * n + j : i + j * m))] = T(u(b * m + i, j));
+  return thrust::device_vector<T>(h.begin(), h.end());
+}
+/// Matrix b (m x n, `layout`) of device storage v, as a double host matrix.
+template <class T>
+Eigen::MatrixXd from_device(const thrust::device_vector<T>& v, Index b, Index m, Index n, Layout layout) {
+  std::vector<T> h(std::size_t(m * n));
+  thrust::copy(v.begin() + b * m * n, v.begin() + (b + 1) * m * n, h.begin());
+  Eigen::MatrixXd out(m, n);
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j)
+      out(i, j) = double(h[std::size_t(layout == Layout::RowMajor ? i * n + j : i + j * m)]);
+  return out;
+}
+
+// ---- Optimizers against the host --------------------------------------------------------------------------
+
+/// The effective learning rates agree: equal when not finite (an m x 0 Muon shape), else to 1e-5 (a trust
+/// ratio is a quotient of norms whose sums run in another order on the device).
+void same_lr(double device, double host) {
+  if (std::isfinite(host))
+    CHECK(device == doctest::Approx(host).epsilon(1e-5));
+  else
+    CHECK(device == host);
+}
+
+/// `steps` steps of the host optimizer and of cuda::Optimizer on the same inputs; W compared after every
+/// step relative to W and relative to the update W - W0 (the Thrust suite's criteria), the engine's scratch
+/// poisoned before every step. The host reference runs once, on row-major Eigen matrices (the host's numbers
+/// do not depend on the storage order, spec §0, and one host instantiation per optimizer keeps this file's
+/// compile time down); the device runs on both storage orders.
+template <class Opt>
+void compare_with_host(Index m, Index n, int steps, typename Opt::Options options = {},
+                       mc::Precision precision = mc::Precision::FP32) {
+  using T = typename Opt::Scalar;
+  using Host = HostMat<T, Eigen::RowMajor>;
+  CAPTURE(m);
+  CAPTURE(n);
+  const Host w0 = matopt::test::randn<Host>(m, n, 11);
+  Host w = w0;
+  Opt host(options);
+  auto hs = host.make_state(w);
+  std::vector<Eigen::MatrixXd> g, w_after;
+  std::vector<double> lr_after;
+  for (int k = 0; k < steps; ++k) {
+    g.push_back(matopt::test::randn(m, n, 100 + unsigned(k)).template cast<T>().template cast<double>());
+    host.step(w, Host(g.back().template cast<T>()), hs);
+    w_after.push_back(w.template cast<double>());
+    lr_after.push_back(double(host.effective_lr(hs)));
+  }
+  const Eigen::MatrixXd w0d = w0.template cast<double>();
+  const double tol_w = std::is_same_v<T, float> ? 1e-6 : 1e-13;
+  const double tol_update = std::is_same_v<T, float> ? 2e-4 : 1e-10;
+  for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+    CAPTURE(int(layout));
+    mc::Optimizer<Opt> dev(options, mc::Engine(precision));
+    thrust::device_vector<T> dw = to_device<T>(w0d, 1, layout);
+    const matopt::DeviceMatrixView<T> wv{raw(dw), m, n, layout};
+    auto ds = dev.make_state(wv);
+    for (int k = 0; k < steps; ++k) {
+      CAPTURE(k);
+      thrust::device_vector<T> dg = to_device<T>(g[std::size_t(k)], 1, layout);
+      dev.engine().poison_scratch();
+      dev.step(wv, matopt::DeviceMatrixView<const T>{raw(dg), m, n, layout}, ds);
+      const Eigen::MatrixXd got = from_device(dw, 0, m, n, layout);
+      REQUIRE(got.allFinite());
+      CHECK(rel_error(got, w_after[std::size_t(k)]) <= tol_w);
+      CHECK(rel_error(got - w0d, w_after[std::size_t(k)] - w0d) <= tol_update);
+      CHECK(ds.steps == k + 1);
+      same_lr(double(dev.effective_lr(ds)), lr_after[std::size_t(k)]);
+    }
+    if constexpr (Opt::MomentumType::has_buffer) {
+      const Eigen::MatrixXd host_v =
+          Eigen::Map<const Host>(hs.momentum.data(), m, n).template cast<double>();  // host W is row-major
+      CHECK(rel_error(from_device(ds.momentum, 0, m, n, layout), host_v) <= 1e-6);
+    }
+  }
+}
+
+/// The Thrust suite's odd shapes, plus shapes that take each row-kernel path of the engine: rows of <= 256
+/// (a warp per row), <= 4096 (a block, registers), <= 8192 (1024 threads), longer (two-pass along: 3 and 20
+/// rows), and their transposes (column-major rows: two-pass across).
+const std::vector<std::pair<Index, Index>>& shapes() {
+  static const std::vector<std::pair<Index, Index>> s = {
+      {5, 7},   {7, 5},     {1, 6},      {6, 1},   {0, 4},    {4, 0},     {16, 16},  {9, 40},
+      {40, 9},  {24, 33},   {300, 300},  {64, 5000}, {5000, 64}, {3, 9000}, {9000, 3}, {20, 20000}};
+  return s;
+}
+
+template <class Opt>
+void compare_all_shapes(typename Opt::Options options = {}) {
+  for (const auto& shape : shapes()) compare_with_host<Opt>(shape.first, shape.second, 3, options);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("cuda backend: every preset equals the Eigen backend", T, float, double) {
+  SUBCASE("Muon") { compare_all_shapes<matopt::Muon<T>>(); }
+  SUBCASE("MoonlightMuon") { compare_all_shapes<matopt::MoonlightMuon<T>>(); }
+  SUBCASE("RMNP") { compare_all_shapes<matopt::RMNP<T>>(); }
+  SUBCASE("ColNorm") { compare_all_shapes<matopt::ColNorm<T>>(); }
+  SUBCASE("OrScale") { compare_all_shapes<matopt::OrScale<T>>(); }
+  SUBCASE("OrScale-LM (calibrated trust ratio, coupled decay)") {
+    typename matopt::OrScale<T>::Options o;
+    o.scaling.calibrate = true;
+    o.scaling.clip_min = 0.1;
+    o.scaling.clip_max = 5.0;
+    o.weight_decay = T(0.01);
+    compare_all_shapes<matopt::OrScale<T>>(o);
+  }
+}
+
+// float only: the kernels are the presets' (double is covered there); one more type would double the host
+// instantiations, the bulk of this file's compile time.
+TEST_CASE("cuda backend: compositions (Gram NS, plain NS, LARS, unfused normalization, sign)") {
+  using namespace matopt;
+  using T = float;
+  SUBCASE("Gram Newton-Schulz, forced") {
+    compare_all_shapes<Optimizer<T, Orthogonalize<GramNewtonSchulz<schedules::PolarExpress>>, Momentum<Sum, Nesterov>,
+                                 Static<shape::MuonOriginal>>>();
+  }
+  SUBCASE("plain Newton-Schulz on a strongly rectangular matrix, with weight decay") {
+    typename Muon<T>::Options o;
+    o.precondition.variant = NsVariant::Plain;
+    o.weight_decay = T(0.1);
+    compare_with_host<Muon<T>>(6, 50, 3, o);
+    compare_with_host<Muon<T>>(50, 6, 3, o);
+  }
+  SUBCASE("LARS trust ratio on row normalization (inverse_row_norms, scale_rows, norms), no Nesterov") {
+    using Opt = Optimizer<T, RowNormalize, Momentum<Ema, Plain>, TrustRatio<trust::Lars, shape::Unit>>;
+    typename Opt::Options o;
+    o.weight_decay = T(0.001);
+    compare_all_shapes<Opt>(o);
+  }
+  SUBCASE("column normalization with TrustRatio") {
+    compare_all_shapes<Optimizer<T, ColNormalize, Momentum<Sum, Nesterov>, TrustRatio<trust::OrScale, shape::Unit>>>();
+  }
+  SUBCASE("sign descent without momentum; identity with momentum") {
+    compare_all_shapes<Optimizer<T, Sign, NoMomentum, Static<shape::Unit>>>();
+    compare_all_shapes<Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<shape::Spectral>>>();
+  }
+}
+
+TEST_CASE("cuda backend: Muon with TF32 and BF16 products stays close to the host") {
+  for (const mc::Precision p : {mc::Precision::TF32, mc::Precision::BF16}) {
+    CAPTURE(mc::precision_name(p));
+    // The update W - W0 carries the NS error (tolerance as for NS below); W itself moves by lr * s * D.
+    for (const auto& shape : {std::pair<Index, Index>{64, 96}, std::pair<Index, Index>{1024, 1024}}) {
+      const Index m = shape.first, n = shape.second;
+      CAPTURE(m);
+      using Opt = matopt::Muon<float>;
+      const HostMat<float, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(m, n, 5);
+      const HostMat<float, Eigen::RowMajor> g = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(m, n, 6);
+      HostMat<float, Eigen::RowMajor> w = w0;
+      Opt host;
+      auto hs = host.make_state(w);
+      host.step(w, g, hs);
+      mc::Optimizer<Opt> dev({}, mc::Engine(p));
+      matopt::DeviceMatrix<float> dw(w0);
+      const matopt::DeviceMatrix<float> dg(g);
+      auto ds = dev.make_state(dw);
+      dev.engine().poison_scratch();
+      dev.step(dw, dg, ds);
+      const Eigen::MatrixXd got = matopt::to_host(dw).cast<double>();
+      const double tol = p == mc::Precision::BF16 ? 0.1 : 1.5e-2;
+      CHECK(rel_error(got - w0.cast<double>(), (w - w0).cast<double>()) <= tol);
+    }
+  }
+}
+
+// ---- Newton–Schulz ------------------------------------------------------------------------------------------
+
+namespace {
+
+double ns_tolerance(mc::Precision p) {
+  switch (p) {
+    case mc::Precision::FP32:
+      return 1e-4;
+    case mc::Precision::TF32:
+      return 1.5e-2;
+    case mc::Precision::BF16:
+      return 0.1;
+  }
+  return 0;
+}
+
+/// Shapes of the NS tests: square, wide and tall, Gram (s >= 4 r), vectors, and r = 1024 (BF16's blocked
+/// lower-triangle product: r >= 1024, r % 16 == 0) next to r = 300 (one full GEMM).
+const std::vector<std::pair<Index, Index>> ns_shapes = {{64, 64}, {48, 200}, {200, 48}, {256, 256}, {300, 500},
+                                                        {1024, 1536}, {1, 50}, {50, 1}, {7, 3}};
+
+template <class Method>
+void ns_against_host(std::vector<mc::Engine>& engines, std::vector<double>& worst) {
+  const typename Method::Options o{};
+  for (const auto& shape : ns_shapes) {
+    const Index m = shape.first, n = shape.second;
+    CAPTURE(m);
+    CAPTURE(n);
+    const Eigen::MatrixXd u = matopt::test::randn(m, n, unsigned(7 * m + n));
+    const Eigen::MatrixXd ref = matopt::test::precondition<matopt::Orthogonalize<Method>, double>(u, o);
+    for (std::size_t k = 0; k < engines.size(); ++k) {
+      mc::Engine& e = engines[k];
+      CAPTURE(mc::precision_name(e.precision()));
+      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+        CAPTURE(int(layout));
+        thrust::device_vector<float> du = to_device<float>(u, 1, layout);
+        thrust::device_vector<float> out(du.size());
+        poison(out);
+        e.poison_scratch();
+        mc::orthogonalize<Method>(e, raw(du), raw(out), m, n, o, layout);
+        const Eigen::MatrixXd got = from_device(out, 0, m, n, layout);
+        REQUIRE(got.allFinite());
+        const double err = rel_error(got, ref);
+        worst[k] = std::max(worst[k], err);
+        CHECK(err <= ns_tolerance(e.precision()));
+      }
+    }
+    // double: FP64 cuBLAS against the host in double
+    mc::Engine e64;
+    thrust::device_vector<double> du = to_device<double>(u, 1, Layout::RowMajor);
+    thrust::device_vector<double> out(du.size());
+    poison(out);
+    mc::orthogonalize<Method>(e64, raw(du), raw(out), m, n, o);
+    CHECK(rel_error(from_device(out, 0, m, n, Layout::RowMajor), ref) <= 1e-10);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("cuda backend: Newton-Schulz in FP32, TF32 and BF16 against the host NS in double") {
+  std::vector<mc::Engine> engines;
+  for (const mc::Precision p : {mc::Precision::FP32, mc::Precision::TF32, mc::Precision::BF16}) engines.emplace_back(p);
+  std::vector<double> worst(engines.size(), 0.0);
+  SUBCASE("Jordan NS5 (plain; Gram from s >= 4 r)") { ns_against_host<matopt::NewtonSchulz<>>(engines, worst); }
+  SUBCASE("Polar Express") { ns_against_host<matopt::NewtonSchulz<matopt::schedules::PolarExpress>>(engines, worst); }
+  SUBCASE("Gram NS, forced") { ns_against_host<matopt::GramNewtonSchulz<>>(engines, worst); }
+  for (std::size_t k = 0; k < engines.size(); ++k)
+    MESSAGE("NS ", mc::precision_name(engines[k].precision()), ": worst relative error against the host in double ",
+            worst[k], " (tolerance ", ns_tolerance(engines[k].precision()), ")");
+}
+
+TEST_CASE("cuda backend: orthogonalize_batched equals a loop of orthogonalize") {
+  struct Case {
+    Index count, m, n;
+    Layout layout;
+  };
+  const std::vector<Case> cases = {{5, 24, 40, Layout::RowMajor}, {3, 40, 24, Layout::ColMajor},
+                                   {4, 8, 64, Layout::RowMajor},  {1, 16, 16, Layout::ColMajor},
+                                   {6, 1, 9, Layout::RowMajor},   {2, 9, 1, Layout::ColMajor},
+                                   {2, 256, 256, Layout::RowMajor}};
+  SUBCASE("float: FP32 and BF16 products, both storage orders, wide, tall, Gram, vectors") {
+    for (const mc::Precision p : {mc::Precision::FP32, mc::Precision::BF16}) {
+      CAPTURE(mc::precision_name(p));
+      mc::Engine e(p);
+      for (const Case& c : cases) {
+        CAPTURE(c.count);
+        CAPTURE(c.m);
+        CAPTURE(c.n);
+        CAPTURE(int(c.layout));
+        const Eigen::MatrixXd u = matopt::test::randn(c.count * c.m, c.n, unsigned(c.count + 3 * c.m + c.n));
+        thrust::device_vector<float> du = to_device<float>(u, c.count, c.layout);
+        thrust::device_vector<float> batched(du.size()), loop(du.size());
+        poison(batched);
+        poison(loop);
+        e.poison_scratch();
+        mc::orthogonalize_batched(e, raw(du), raw(batched), c.count, c.m, c.n, {}, c.layout);
+        for (Index b = 0; b < c.count; ++b)
+          mc::orthogonalize(e, raw(du) + b * c.m * c.n, raw(loop) + b * c.m * c.n, c.m, c.n, {}, c.layout);
+        for (Index b = 0; b < c.count; ++b) {
+          CAPTURE(b);
+          const Eigen::MatrixXd gb = from_device(batched, b, c.m, c.n, c.layout), gl = from_device(loop, b, c.m, c.n, c.layout);
+          REQUIRE(gb.allFinite());
+          // FP32: the batched A A^T is a full GEMM where the loop runs SYRK; BF16: the same, after bf16 rounding.
+          CHECK(rel_error(gb, gl) <= (p == mc::Precision::FP32 ? 1e-4 : 5e-2));
+          const Eigen::MatrixXd ref =
+              matopt::test::precondition<matopt::Orthogonalize<matopt::NewtonSchulz<>>, double>(u.middleRows(b * c.m, c.m));
+          CHECK(rel_error(gb, ref) <= ns_tolerance(p));
+        }
+      }
+    }
+  }
+  SUBCASE("double, FP64 products") {
+    mc::Engine e;
+    const Eigen::MatrixXd u = matopt::test::randn(4 * 12, 30, 9);
+    thrust::device_vector<double> du = to_device<double>(u, 4, Layout::RowMajor), batched(du.size()), loop(du.size());
+    poison(batched);
+    mc::orthogonalize_batched(e, raw(du), raw(batched), 4, 12, 30);
+    for (Index b = 0; b < 4; ++b) mc::orthogonalize(e, raw(du) + b * 360, raw(loop) + b * 360, 12, 30);
+    for (Index b = 0; b < 4; ++b)
+      CHECK(rel_error(from_device(batched, b, 12, 30, Layout::RowMajor), from_device(loop, b, 12, 30, Layout::RowMajor)) <=
+            1e-12);
+  }
+  SUBCASE("empty batches and shapes do nothing; bad arguments throw std::invalid_argument") {
+    mc::Engine e;
+    thrust::device_vector<float> x(8, 1.0f);
+    mc::orthogonalize_batched(e, raw(x), raw(x), 0, 2, 4);
+    mc::orthogonalize_batched(e, raw(x), raw(x), 3, 0, 4);
+    CHECK(thrust::count(x.begin(), x.end(), 1.0f) == 8);
+    CHECK_THROWS_AS(mc::orthogonalize_batched(e, raw(x), raw(x), -1, 2, 4), std::invalid_argument);
+    CHECK_THROWS_AS((mc::orthogonalize_batched<matopt::NewtonSchulz<>, float>(e, nullptr, raw(x), 1, 2, 4)),
+                    std::invalid_argument);
+    matopt::NewtonSchulz<>::Options bad;
+    bad.schedule.steps = 0;
+    CHECK_THROWS_WITH_AS(mc::orthogonalize_batched(e, raw(x), raw(x), 1, 2, 4, bad), doctest::Contains("steps"),
+                         std::invalid_argument);
+  }
+}
+
+// ---- Engine operations, robustness, errors -------------------------------------------------------------------
+
+TEST_CASE_TEMPLATE("cuda engine: norms and finiteness at extreme magnitudes", T, float, double) {
+  mc::Engine e;
+  const double tiny = std::is_same_v<T, float> ? 1e-30 : 1e-200, huge = std::is_same_v<T, float> ? 1e30 : 1e200;
+  for (const Index size : {Index(1), Index(7), Index(1000), Index(300000)}) {
+    for (const double magnitude : {tiny, 1.0, huge, 0.0}) {
+      CAPTURE(size);
+      CAPTURE(magnitude);
+      const Eigen::Matrix<T, Eigen::Dynamic, 1> x =
+          (matopt::test::randn(size, 1, unsigned(size)) * magnitude).template cast<T>();
+      thrust::device_vector<T> dx(x.data(), x.data() + size);
+      e.poison_scratch();
+      const T got = e.norm(matopt::detail::col_major(static_cast<const T*>(raw(dx)), size, 1));
+      const T want = matopt::detail::robust_norm(x);
+      REQUIRE(std::isfinite(got));
+      CHECK(double(got) == doctest::Approx(double(want)).epsilon(std::is_same_v<T, float> ? 1e-5 : 1e-12));
+      CHECK(e.all_finite(matopt::detail::col_major(static_cast<const T*>(raw(dx)), size, 1)));
+      // a non-dense handle: every other element of a size/2 x 2 column-major matrix with leading dimension 2 * rows
+      if (size >= 4) {
+        const Index rows = size / 4;
+        const matopt::detail::Strided<const T> sub{raw(dx), rows, 2, 1, 2 * rows};
+        Eigen::Matrix<T, Eigen::Dynamic, 1> h(2 * rows);
+        h << x.head(rows), x.segment(2 * rows, rows);
+        CHECK(double(e.norm(sub)) == doctest::Approx(double(matopt::detail::robust_norm(h))).epsilon(1e-5));
+      }
+    }
+  }
+  thrust::device_vector<T> v(1000, T(1));
+  const auto h = matopt::detail::col_major(static_cast<const T*>(raw(v)), 1000, 1);
+  v[999] = std::numeric_limits<T>::infinity();
+  CHECK_FALSE(e.all_finite(h));
+  CHECK(std::isinf(e.norm(h)));
+  v[0] = std::numeric_limits<T>::quiet_NaN();
+  CHECK_FALSE(e.all_finite(h));
+  CHECK(std::isnan(e.norm(h)));
+  CHECK(e.all_finite(matopt::detail::col_major(static_cast<const T*>(raw(v)), 0, 5)));
+  CHECK(e.norm(matopt::detail::col_major(static_cast<const T*>(raw(v)), 0, 5)) == T(0));
+}
+
+TEST_CASE_TEMPLATE("cuda backend: extreme magnitudes and zero gradients give no NaN, on every row-kernel path", T, float,
+                   double) {
+  using Opt = matopt::RMNP<T>;
+  const double tiny = std::is_same_v<T, float> ? 1e-30 : 1e-200, huge = std::is_same_v<T, float> ? 1e30 : 1e200;
+  for (const auto& shape : {std::pair<Index, Index>{6, 9}, std::pair<Index, Index>{6, 300},
+                             std::pair<Index, Index>{4, 5000}, std::pair<Index, Index>{3, 9000}}) {
+    const Index m = shape.first, n = shape.second;
+    for (const double magnitude : {tiny, huge, 0.0}) {
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(magnitude);
+      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {  // column-major: two-pass across
+        CAPTURE(int(layout));
+        const Eigen::MatrixXd w0 = matopt::test::randn(m, n, 3), g = matopt::test::randn(m, n, 4) * magnitude;
+        HostMat<T, Eigen::RowMajor> w = w0.cast<T>();
+        Opt host;
+        auto hs = host.make_state(w);
+        host.step(w, HostMat<T, Eigen::RowMajor>(g.cast<T>()), hs);
+        mc::Optimizer<Opt> dev;
+        thrust::device_vector<T> dw = to_device<T>(w0, 1, layout), dg = to_device<T>(g, 1, layout);
+        const matopt::DeviceMatrixView<T> wv{raw(dw), m, n, layout};
+        auto ds = dev.make_state(wv);
+        dev.engine().poison_scratch();
+        dev.step(wv, matopt::DeviceMatrixView<const T>{raw(dg), m, n, layout}, ds);
+        const Eigen::MatrixXd got = from_device(dw, 0, m, n, layout);
+        REQUIRE(got.allFinite());
+        CHECK(rel_error(got, w.template cast<double>()) <= 1e-6);
+      }
+    }
+  }
+  // Muon and OrScale on a zero gradient: W unchanged (Muon) and finite.
+  HostMat<T, Eigen::ColMajor> w = matopt::test::randn<HostMat<T, Eigen::ColMajor>>(5, 8, 5);
+  matopt::DeviceMatrix<T> dw(w), dg(5, 8, Layout::ColMajor);
+  mc::Optimizer<matopt::Muon<T>> muon;
+  auto s = muon.make_state(dw);
+  muon.step(dw, dg, s);
+  CHECK(rel_error(matopt::to_host(dw), w) == 0.0);
+  mc::Optimizer<matopt::OrScale<T>> orscale;
+  auto so = orscale.make_state(dw);
+  orscale.step(dw, dg, so);
+  CHECK(matopt::to_host(dw).allFinite());
+}
+
+TEST_CASE_TEMPLATE("cuda backend: non-finite gradients (throw, skip, zero) as on the host", T, float, double) {
+  using Opt = matopt::Muon<T>;
+  const Index m = 4, n = 6;
+  const HostMat<T, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(m, n, 7);
+  HostMat<T, Eigen::RowMajor> g = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(m, n, 8);
+  g(1, 2) = std::numeric_limits<T>::quiet_NaN();
+  g(3, 0) = std::numeric_limits<T>::infinity();
+  const matopt::DeviceMatrix<T> dg(g);
+
+  SUBCASE("throw: error, W and state unchanged") {
+    mc::Optimizer<Opt> dev;
+    matopt::DeviceMatrix<T> dw(w0);
+    auto ds = dev.make_state(dw);
+    CHECK_THROWS_WITH_AS(dev.step(dw, dg, ds), doctest::Contains("non-finite"), std::invalid_argument);
+    CHECK(matopt::to_host(dw) == w0.template cast<T>());
+    CHECK(ds.steps == 0);
+    CHECK(thrust::count(ds.momentum.begin(), ds.momentum.end(), T(0)) == m * n);
+  }
+  SUBCASE("skip: counted, W unchanged") {
+    typename Opt::Options o;
+    o.non_finite = matopt::NonFinite::Skip;
+    mc::Optimizer<Opt> dev(o);
+    matopt::DeviceMatrix<T> dw(w0);
+    auto ds = dev.make_state(dw);
+    dev.step(dw, dg, ds);
+    CHECK(ds.skipped == 1);
+    CHECK(ds.steps == 0);
+    CHECK(matopt::to_host(dw) == w0.template cast<T>());
+  }
+  SUBCASE("zero: the host's zeroed step") {
+    typename Opt::Options o;
+    o.non_finite = matopt::NonFinite::Zero;
+    Opt host(o);
+    HostMat<T, Eigen::RowMajor> w = w0;
+    auto hs = host.make_state(w);
+    host.step(w, g, hs);
+    mc::Optimizer<Opt> dev(o);
+    matopt::DeviceMatrix<T> dw(w0);
+    auto ds = dev.make_state(dw);
+    dev.engine().poison_scratch();
+    dev.step(dw, dg, ds);
+    CHECK(ds.zeroed == 1);
+    CHECK(ds.steps == 1);
+    CHECK(rel_error(matopt::to_host(dw), w) <= 1e-6);
+  }
+}
+
+TEST_CASE("cuda backend: bad input names the parameter and shapes, and changes nothing") {
+  using Opt = matopt::RMNP<float>;
+  mc::Optimizer<Opt> dev;
+  const HostMat<float, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(3, 4, 1);
+  matopt::DeviceMatrix<float> dw(w0), g_wrong(4, 3), g_col(3, 4, Layout::ColMajor), other(2, 2), g_ok(3, 4);
+  auto ds = dev.make_state(dw);
+  CHECK_THROWS_WITH_AS(dev.step(dw, g_wrong, ds), doctest::Contains("G is 4x3 but W is 3x4"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(dev.step(dw, g_col, ds), doctest::Contains("column-major"), std::invalid_argument);
+  auto small = dev.make_state(other);
+  CHECK_THROWS_WITH_AS(dev.step(dw, g_ok, small), doctest::Contains("state was made for a 2x2"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(dev.step(matopt::DeviceMatrixView<float>{nullptr, 3, 4, Layout::RowMajor}, dw.view(), ds),
+                       doctest::Contains("null data"), std::invalid_argument);
+  dev.options().lr = -1.0f;
+  CHECK_THROWS_WITH_AS(dev.step(dw, g_ok, ds), doctest::Contains("lr"), std::invalid_argument);
+  CHECK(matopt::to_host(dw) == w0);
+  CHECK(ds.steps == 0);
+  Opt::Options bad;
+  bad.momentum = 1.5f;
+  CHECK_THROWS_WITH_AS((mc::Optimizer<Opt>(bad)), doctest::Contains("momentum"), std::invalid_argument);
+}
+
+namespace {
+__global__ void empty_kernel() {}
+}  // namespace
+
+TEST_CASE("cuda backend: CUDA and cuBLAS failures become matopt::cuda::Error with the call and its place") {
+  mc::Engine e;
+  SUBCASE("a failed cudaMalloc (scratch for an impossible shape)") {
+    try {
+      e.reserve(Index(1) << 31, Index(1) << 31);
+      FAIL("reserve did not throw");
+    } catch (const mc::Error& err) {
+      CHECK(err.code() == int(cudaErrorMemoryAllocation));
+      CHECK_FALSE(err.is_cublas());
+      CHECK(std::string(err.what()).find("cudaMalloc") != std::string::npos);
+      CHECK(std::string(err.what()).find("buffer.cuh:") != std::string::npos);
+    }
+    // non-sticky: the engine still works
+    thrust::device_vector<float> x(3, 2.0f);
+    CHECK(e.norm(matopt::detail::col_major(static_cast<const float*>(raw(x)), 3, 1)) == doctest::Approx(std::sqrt(12.0)));
+  }
+  SUBCASE("a bad kernel launch") {
+    empty_kernel<<<1, 4096>>>();  // more threads per block than any GPU allows
+    CHECK_THROWS_WITH_AS(MATOPT_CUDA_CHECK_LAUNCH("empty_kernel"), doctest::Contains("launch of empty_kernel"), mc::Error);
+  }
+  SUBCASE("a cuBLAS status") {
+    const float one = 1.0f;
+    try {
+      MATOPT_CUDA_CHECK(cublasSgemm(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, -1, 1, 1, &one, nullptr, 1, nullptr, 1, &one,
+                                    nullptr, 1));
+      FAIL("cublasSgemm did not fail");
+    } catch (const mc::Error& err) {
+      CHECK(err.is_cublas());
+      CHECK(err.code() == int(CUBLAS_STATUS_INVALID_VALUE));
+      CHECK(std::string(err.what()).find("cublasSgemm") != std::string::npos);
+    }
+  }
+  SUBCASE("an operation beyond the reserved scratch is a logic error, not an allocation") {
+    mc::Engine bf(mc::Precision::BF16);  // nothing reserved
+    thrust::device_vector<float> a(64 * 64), c(64 * 64);
+    auto ah = matopt::detail::col_major(raw(a), 64, 64), ch = matopt::detail::col_major(raw(c), 64, 64);
+    CHECK_THROWS_AS(bf.gemm(1.0f, ah, ah, 0.0f, ch), std::logic_error);
+  }
+}
+
+TEST_CASE("cuda backend: step allocates no device memory once kernels are loaded, scratch sized by make_state") {
+  for (const mc::Precision p : {mc::Precision::FP32, mc::Precision::BF16}) {
+    CAPTURE(mc::precision_name(p));
+    using Opt = matopt::Muon<float>;
+    const Index m = 384, n = 640;
+    mc::Optimizer<Opt> muon({}, mc::Engine(p));
+    mc::Optimizer<matopt::RMNP<float>> rmnp;
+    matopt::DeviceMatrix<float> w1(matopt::test::randn<HostMat<float, Eigen::RowMajor>>(m, n, 1)), w2 = w1;
+    const matopt::DeviceMatrix<float> g(matopt::test::randn<HostMat<float, Eigen::RowMajor>>(m, n, 2));
+    auto s1 = muon.make_state(w1);
+    auto r1 = rmnp.make_state(w1);
+    muon.step(w1, g, s1);  // loads the kernels (lazy module loading allocates device memory for code)
+    rmnp.step(w1, g, r1);
+    auto s2 = muon.make_state(w2);
+    auto r2 = rmnp.make_state(w2);
+    const std::size_t scratch = muon.engine().scratch_bytes(), workspace = muon.workspace_bytes();
+    MATOPT_CUDA_CHECK(cudaDeviceSynchronize());
+    std::size_t free0 = 0, free1 = 0, total = 0;
+    MATOPT_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    for (int k = 0; k < 3; ++k) {
+      muon.step(w2, g, s2);
+      rmnp.step(w2, g, r2);
+    }
+    MATOPT_CUDA_CHECK(cudaDeviceSynchronize());
+    MATOPT_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+    CHECK(free1 == free0);
+    CHECK(muon.engine().scratch_bytes() == scratch);
+    CHECK(muon.workspace_bytes() == workspace);
+  }
+}
+
+TEST_CASE("cuda backend: an engine on the caller's stream, engines move") {
+  cudaStream_t stream = nullptr;
+  MATOPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    using Opt = matopt::RMNP<float>;
+    const HostMat<float, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(33, 70, 3);
+    const HostMat<float, Eigen::RowMajor> g = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(33, 70, 4);
+    HostMat<float, Eigen::RowMajor> w = w0;
+    Opt host;
+    auto hs = host.make_state(w);
+    host.step(w, g, hs);
+    mc::Engine moved(stream);
+    mc::Optimizer<Opt> dev({}, std::move(moved));
+    CHECK(dev.engine().stream() == stream);
+    matopt::DeviceMatrix<float> dw(w0);
+    const matopt::DeviceMatrix<float> dg(g);
+    auto ds = dev.make_state(dw);
+    MATOPT_CUDA_CHECK(cudaDeviceSynchronize());  // a non-blocking stream: the copies above are the caller's to order
+    dev.step(dw, dg, ds);
+    dev.engine().synchronize();
+    CHECK(rel_error(matopt::to_host(dw), w) <= 1e-6);
+  }
+  MATOPT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
