@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -119,9 +120,9 @@ void BM_GpuNs(benchmark::State& state, mc::Precision p) {
   timer.run(
       state, e.stream(),
       [&](int k) {  // X = the next input (untimed)
-        e.copy(matopt::detail::Strided<const float>(
-                   matopt::detail::col_major(raw(inputs[std::size_t(k) % k_in]), kN, kN)),
-               x);
+        e.copy(
+            matopt::detail::Strided<const float>(matopt::detail::col_major(raw(inputs[std::size_t(k) % k_in]), kN, kN)),
+            x);
       },
       [&](int) { sink += matopt::detail::NsMatrices<Strided>{&x, &y, &a, &b, &q, &t}.run(e, o, false).rows; });
   benchmark::DoNotOptimize(sink);
@@ -150,9 +151,9 @@ void BM_GpuGemmFloor(benchmark::State& state, mc::Precision p) {
         const std::size_t s = std::size_t(k) % k_in;
         for (int r = 0; r < 15; ++r) {  // 15 x 2 n^3 = NS5's naive 30 n^3
           if (bf16)
-            MATOPT_CUDA_CHECK(cublasGemmEx(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a[s].as<void>(), CUDA_R_16BF, n,
-                                           b[s].as<void>(), CUDA_R_16BF, n, &zero, raw(c), CUDA_R_32F, n,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+            MATOPT_CUDA_CHECK(cublasGemmEx(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a[s].as<void>(),
+                                           CUDA_R_16BF, n, b[s].as<void>(), CUDA_R_16BF, n, &zero, raw(c), CUDA_R_32F,
+                                           n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
           else
             MATOPT_CUDA_CHECK(cublasSgemm(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a[s].as<float>(), n,
                                           b[s].as<float>(), n, &zero, raw(c), n));
@@ -181,7 +182,8 @@ void BM_GpuRmnpStep(benchmark::State& state) {
   RmnpSets sets;
   std::vector<mc::Optimizer<Opt>::State> states;
   for (std::size_t k = 0; k < sets.count; ++k)
-    states.push_back(opt.make_state(matopt::DeviceMatrixView<const float>{raw(sets.w[k]), kN, kN, matopt::Layout::RowMajor}));
+    states.push_back(
+        opt.make_state(matopt::DeviceMatrixView<const float>{raw(sets.w[k]), kN, kN, matopt::Layout::RowMajor}));
   MATOPT_CUDA_CHECK(cudaDeviceSynchronize());
   Timer timer;
   timer.run(
@@ -209,10 +211,10 @@ void BM_GpuRmnpFused(benchmark::State& state) {
       state, e.stream(), [](int) {},
       [&](int it) {
         const std::size_t s = std::size_t(it) % sets.count;
-        e.fused_normalize_rows(matopt::detail::strided(raw(sets.w[s]), kN, kN, matopt::Layout::RowMajor),
-                               matopt::detail::strided(static_cast<const float*>(raw(sets.g[s])), kN, kN,
-                                                       matopt::Layout::RowMajor),
-                               matopt::detail::strided(raw(sets.v[s]), kN, kN, matopt::Layout::RowMajor), f);
+        e.fused_normalize_rows(
+            matopt::detail::strided(raw(sets.w[s]), kN, kN, matopt::Layout::RowMajor),
+            matopt::detail::strided(static_cast<const float*>(raw(sets.g[s])), kN, kN, matopt::Layout::RowMajor),
+            matopt::detail::strided(raw(sets.v[s]), kN, kN, matopt::Layout::RowMajor), f);
       });
   timer.rate(state, "bytes_per_second", 20.0 * double(kN * kN));
 }
@@ -309,8 +311,8 @@ std::string summary(const SummaryReporter& rep) {
                 step, step_gbs, fused, fused_gbs, copy_gbs, ratio(step_gbs, copy_gbs), ratio(fused_gbs, copy_gbs));
   out += line;
   const double batched = rep.us("BM_GpuNsBatched/64x256x256"), loop = rep.us("BM_GpuNsLoop/64x256x256");
-  std::snprintf(line, sizeof line, "  NS5 bf16 64 x 256^2: batched %.1f us, loop %.1f us, speedup %.2fx\n", batched, loop,
-                ratio(loop, batched));
+  std::snprintf(line, sizeof line, "  NS5 bf16 64 x 256^2: batched %.1f us, loop %.1f us, speedup %.2fx\n", batched,
+                loop, ratio(loop, batched));
   out += line;
   return out;
 }

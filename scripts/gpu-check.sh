@@ -71,8 +71,8 @@ else
   echo "  benchmark: no summary (exit $bench_rc; see $out/bench_gpu.log)"
 fi
 grep -h "worst relative error" "$out/ctest-gpu.log" | sed -E 's/^.*MESSAGE: /  /' | sort -u || true
-echo "  tests (ctest -L gpu): $passed passed, $failed failed; ctest exit $test_rc, Thrust suite build exit $thrust_rc," \
-  "benchmark exit $bench_rc"
+echo "  tests (ctest -L gpu): $passed passed, $failed failed; ctest exit $test_rc," \
+  "Thrust suite build exit $thrust_rc, benchmark exit $bench_rc"
 echo "  time: build $((t_build - t0)) s, benchmark $((t_bench - t_build)) s, tests $((t_test - t_bench)) s," \
   "total $((t_test - t0)) s"
 echo "  files: $out/{ctest-gpu.log,bench_gpu.json,bench_gpu.log,gpu_summary.txt,build-thrust-suite.log}"

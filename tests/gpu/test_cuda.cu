@@ -146,8 +146,8 @@ void compare_with_host(Index m, Index n, int steps, typename Opt::Options option
 /// rows), and their transposes (column-major rows: two-pass across).
 const std::vector<std::pair<Index, Index>>& shapes() {
   static const std::vector<std::pair<Index, Index>> s = {
-      {5, 7},   {7, 5},     {1, 6},      {6, 1},   {0, 4},    {4, 0},     {16, 16},  {9, 40},
-      {40, 9},  {24, 33},   {300, 300},  {64, 5000}, {5000, 64}, {3, 9000}, {9000, 3}, {20, 20000}};
+      {5, 7},  {7, 5},   {1, 6},     {6, 1},     {0, 4},     {4, 0},    {16, 16},  {9, 40},
+      {40, 9}, {24, 33}, {300, 300}, {64, 5000}, {5000, 64}, {3, 9000}, {9000, 3}, {20, 20000}};
   return s;
 }
 
@@ -250,8 +250,8 @@ double ns_tolerance(mc::Precision p) {
 
 /// Shapes of the NS tests: square, wide and tall, Gram (s >= 4 r), vectors, and r = 1024 (BF16's blocked
 /// lower-triangle product: r >= 1024, r % 16 == 0) next to r = 300 (one full GEMM).
-const std::vector<std::pair<Index, Index>> ns_shapes = {{64, 64}, {48, 200}, {200, 48}, {256, 256}, {300, 500},
-                                                        {1024, 1536}, {1, 50}, {50, 1}, {7, 3}};
+const std::vector<std::pair<Index, Index>> ns_shapes = {{64, 64},     {48, 200}, {200, 48}, {256, 256}, {300, 500},
+                                                        {1024, 1536}, {1, 50},   {50, 1},   {7, 3}};
 
 template <class Method>
 void ns_against_host(std::vector<mc::Engine>& engines, std::vector<double>& worst) {
@@ -308,9 +308,9 @@ TEST_CASE("cuda backend: orthogonalize_batched equals a loop of orthogonalize") 
     Index count, m, n;
     Layout layout;
   };
-  const std::vector<Case> cases = {{5, 24, 40, Layout::RowMajor}, {3, 40, 24, Layout::ColMajor},
-                                   {4, 8, 64, Layout::RowMajor},  {1, 16, 16, Layout::ColMajor},
-                                   {6, 1, 9, Layout::RowMajor},   {2, 9, 1, Layout::ColMajor},
+  const std::vector<Case> cases = {{5, 24, 40, Layout::RowMajor},  {3, 40, 24, Layout::ColMajor},
+                                   {4, 8, 64, Layout::RowMajor},   {1, 16, 16, Layout::ColMajor},
+                                   {6, 1, 9, Layout::RowMajor},    {2, 9, 1, Layout::ColMajor},
                                    {2, 256, 256, Layout::RowMajor}};
   SUBCASE("float: FP32 and BF16 products, both storage orders, wide, tall, Gram, vectors") {
     for (const mc::Precision p : {mc::Precision::FP32, mc::Precision::BF16}) {
@@ -332,12 +332,13 @@ TEST_CASE("cuda backend: orthogonalize_batched equals a loop of orthogonalize") 
           mc::orthogonalize(e, raw(du) + b * c.m * c.n, raw(loop) + b * c.m * c.n, c.m, c.n, {}, c.layout);
         for (Index b = 0; b < c.count; ++b) {
           CAPTURE(b);
-          const Eigen::MatrixXd gb = from_device(batched, b, c.m, c.n, c.layout), gl = from_device(loop, b, c.m, c.n, c.layout);
+          const Eigen::MatrixXd gb = from_device(batched, b, c.m, c.n, c.layout),
+                                gl = from_device(loop, b, c.m, c.n, c.layout);
           REQUIRE(gb.allFinite());
           // FP32: the batched A A^T is a full GEMM where the loop runs SYRK; BF16: the same, after bf16 rounding.
           CHECK(rel_error(gb, gl) <= (p == mc::Precision::FP32 ? 1e-4 : 5e-2));
-          const Eigen::MatrixXd ref =
-              matopt::test::precondition<matopt::Orthogonalize<matopt::NewtonSchulz<>>, double>(u.middleRows(b * c.m, c.m));
+          const Eigen::MatrixXd ref = matopt::test::precondition<matopt::Orthogonalize<matopt::NewtonSchulz<>>, double>(
+              u.middleRows(b * c.m, c.m));
           CHECK(rel_error(gb, ref) <= ns_tolerance(p));
         }
       }
@@ -351,8 +352,8 @@ TEST_CASE("cuda backend: orthogonalize_batched equals a loop of orthogonalize") 
     mc::orthogonalize_batched(e, raw(du), raw(batched), 4, 12, 30);
     for (Index b = 0; b < 4; ++b) mc::orthogonalize(e, raw(du) + b * 360, raw(loop) + b * 360, 12, 30);
     for (Index b = 0; b < 4; ++b)
-      CHECK(rel_error(from_device(batched, b, 12, 30, Layout::RowMajor), from_device(loop, b, 12, 30, Layout::RowMajor)) <=
-            1e-12);
+      CHECK(rel_error(from_device(batched, b, 12, 30, Layout::RowMajor),
+                      from_device(loop, b, 12, 30, Layout::RowMajor)) <= 1e-12);
   }
   SUBCASE("empty batches and shapes do nothing; bad arguments throw std::invalid_argument") {
     mc::Engine e;
@@ -410,12 +411,12 @@ TEST_CASE_TEMPLATE("cuda engine: norms and finiteness at extreme magnitudes", T,
   CHECK(e.norm(matopt::detail::col_major(static_cast<const T*>(raw(v)), 0, 5)) == T(0));
 }
 
-TEST_CASE_TEMPLATE("cuda backend: extreme magnitudes and zero gradients give no NaN, on every row-kernel path", T, float,
-                   double) {
+TEST_CASE_TEMPLATE("cuda backend: extreme magnitudes and zero gradients give no NaN, on every row-kernel path", T,
+                   float, double) {
   using Opt = matopt::RMNP<T>;
   const double tiny = std::is_same_v<T, float> ? 1e-30 : 1e-200, huge = std::is_same_v<T, float> ? 1e30 : 1e200;
   for (const auto& shape : {std::pair<Index, Index>{6, 9}, std::pair<Index, Index>{6, 300},
-                             std::pair<Index, Index>{4, 5000}, std::pair<Index, Index>{3, 9000}}) {
+                            std::pair<Index, Index>{4, 5000}, std::pair<Index, Index>{3, 9000}}) {
     const Index m = shape.first, n = shape.second;
     for (const double magnitude : {tiny, huge, 0.0}) {
       CAPTURE(m);
@@ -539,17 +540,19 @@ TEST_CASE("cuda backend: CUDA and cuBLAS failures become matopt::cuda::Error wit
     }
     // non-sticky: the engine still works
     thrust::device_vector<float> x(3, 2.0f);
-    CHECK(e.norm(matopt::detail::col_major(static_cast<const float*>(raw(x)), 3, 1)) == doctest::Approx(std::sqrt(12.0)));
+    CHECK(e.norm(matopt::detail::col_major(static_cast<const float*>(raw(x)), 3, 1)) ==
+          doctest::Approx(std::sqrt(12.0)));
   }
   SUBCASE("a bad kernel launch") {
     empty_kernel<<<1, 4096>>>();  // more threads per block than any GPU allows
-    CHECK_THROWS_WITH_AS(MATOPT_CUDA_CHECK_LAUNCH("empty_kernel"), doctest::Contains("launch of empty_kernel"), mc::Error);
+    CHECK_THROWS_WITH_AS(MATOPT_CUDA_CHECK_LAUNCH("empty_kernel"), doctest::Contains("launch of empty_kernel"),
+                         mc::Error);
   }
   SUBCASE("a cuBLAS status") {
     const float one = 1.0f;
     try {
-      MATOPT_CUDA_CHECK(cublasSgemm(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, -1, 1, 1, &one, nullptr, 1, nullptr, 1, &one,
-                                    nullptr, 1));
+      MATOPT_CUDA_CHECK(
+          cublasSgemm(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, -1, 1, 1, &one, nullptr, 1, nullptr, 1, &one, nullptr, 1));
       FAIL("cublasSgemm did not fail");
     } catch (const mc::Error& err) {
       CHECK(err.is_cublas());

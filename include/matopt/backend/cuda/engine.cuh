@@ -166,7 +166,8 @@ class Engine {
   Precision precision() const { return precision_; }
   /// Changes the precision of the products; BF16 sizes its operand scratch for the shapes reserved so far.
   void set_precision(Precision p) {
-    MATOPT_CUDA_CHECK(cublasSetMathMode(blas_, p == Precision::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    MATOPT_CUDA_CHECK(
+        cublasSetMathMode(blas_, p == Precision::TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     precision_ = p;
     reserve_bf16(bf16_elements_);
   }
@@ -189,7 +190,8 @@ class Engine {
   template <class T>
   void reserve_batched(Index count, Index m, Index n) {
     if (count < 0 || m < 0 || n < 0)
-      matopt::detail::fail("matopt::cuda::Engine::reserve_batched", "negative count or shape: ", count, " of ", m, "x", n);
+      matopt::detail::fail("matopt::cuda::Engine::reserve_batched", "negative count or shape: ", count, " of ", m, "x",
+                           n);
     const Index r = m < n ? m : n, s = m < n ? n : m;
     for (int k = 0; k < 2; ++k) ns_[k].reserve(std::size_t(count * r * s) * sizeof(T));
     for (int k = 2; k < 6; ++k) ns_[k].reserve(std::size_t(count * r * r) * sizeof(T));
@@ -271,7 +273,8 @@ class Engine {
     MATOPT_CUDA_CHECK(cudaMemsetAsync(flag, 0, sizeof(int), stream_));
     const unsigned blocks = unsigned(detail::index_min(detail::ceil_div(size, detail::kBlock * 8), 4096));
     if (detail::is_dense(x))
-      detail::find_non_finite<T><<<blocks, detail::kBlock, 0, stream_>>>(detail::DenseSegments<T>{x.data, 0}, size, flag);
+      detail::find_non_finite<T>
+          <<<blocks, detail::kBlock, 0, stream_>>>(detail::DenseSegments<T>{x.data, 0}, size, flag);
     else
       detail::find_non_finite<T><<<blocks, detail::kBlock, 0, stream_>>>(detail::StridedElements<T>{x}, size, flag);
     MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::find_non_finite");
@@ -287,7 +290,8 @@ class Engine {
     T* psum = norm_partials_.as<T>();
     T* values = norm_values_.as<T>();
     if (detail::is_dense(x))
-      detail::launch_norms(detail::DenseSegments<T>{x.data, 0}, size, 1, psum, psum + chunks, values, values + 1, stream_);
+      detail::launch_norms(detail::DenseSegments<T>{x.data, 0}, size, 1, psum, psum + chunks, values, values + 1,
+                           stream_);
     else
       detail::launch_norms(detail::StridedElements<T>{x}, size, 1, psum, psum + chunks, values, values + 1, stream_);
     return fetch(static_cast<const T*>(values));
@@ -314,7 +318,8 @@ class Engine {
         detail::inverse_row_norms_along<T, detail::kWarp>
             <<<grid_rows(rows, detail::kBlock / detail::kWarp), detail::kBlock, 0, stream_>>>(u, eps, inv);
       else
-        detail::inverse_row_norms_along<T, detail::kBlock><<<grid_rows(rows, 1), detail::kBlock, 0, stream_>>>(u, eps, inv);
+        detail::inverse_row_norms_along<T, detail::kBlock>
+            <<<grid_rows(rows, 1), detail::kBlock, 0, stream_>>>(u, eps, inv);
       MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::inverse_row_norms_along");
       return;
     }
@@ -388,16 +393,19 @@ class Engine {
     }
     const detail::BlasOperand oa = detail::blas_operand(a), ob = detail::blas_operand(b);
     if constexpr (std::is_same_v<T, float>)
-      MATOPT_CUDA_CHECK(cublasSgemm(blas_, oa.op, ob.op, m, n, k, &alpha, a.data, oa.ld, b.data, ob.ld, &beta, c.data, oc.ld));
+      MATOPT_CUDA_CHECK(
+          cublasSgemm(blas_, oa.op, ob.op, m, n, k, &alpha, a.data, oa.ld, b.data, ob.ld, &beta, c.data, oc.ld));
     else
-      MATOPT_CUDA_CHECK(cublasDgemm(blas_, oa.op, ob.op, m, n, k, &alpha, a.data, oa.ld, b.data, ob.ld, &beta, c.data, oc.ld));
+      MATOPT_CUDA_CHECK(
+          cublasDgemm(blas_, oa.op, ob.op, m, n, k, &alpha, a.data, oa.ld, b.data, ob.ld, &beta, c.data, oc.ld));
   }
   /// lower(C) <- alpha A A^T + beta lower(C) (beta = 0: C not read). BF16 also writes the strict upper
   /// triangle of C's diagonal blocks (file comment).
   template <class T>
   void syrk_lower(T alpha, const Strided<T>& a, T beta, Strided<T>& c) {
     check_float<T>();
-    if (c.rows != a.rows || c.cols != a.rows) throw std::logic_error("matopt::cuda::Engine::syrk_lower: C must be n x n");
+    if (c.rows != a.rows || c.cols != a.rows)
+      throw std::logic_error("matopt::cuda::Engine::syrk_lower: C must be n x n");
     if (c.rows == 0) return;
     const detail::BlasOperand oc = detail::blas_operand(c);
     if (oc.op != CUBLAS_OP_N) throw std::logic_error("matopt::cuda::Engine::syrk_lower: C must be column-major");
@@ -410,9 +418,11 @@ class Engine {
     }
     const detail::BlasOperand oa = detail::blas_operand(a);
     if constexpr (std::is_same_v<T, float>)
-      MATOPT_CUDA_CHECK(cublasSsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
+      MATOPT_CUDA_CHECK(
+          cublasSsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
     else
-      MATOPT_CUDA_CHECK(cublasDsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
+      MATOPT_CUDA_CHECK(
+          cublasDsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
   }
   /// c(i, j) = c(j, i) for i < j.
   template <class T>
@@ -464,7 +474,8 @@ class Engine {
     check_float<T>();
     const auto xm = detail::mat(x.matrix(), x.stride);
     if (s.is_constant())
-      detail::launch_elements(detail::ScaleOp<T>{xm, s.constant("scale")}, detail::space_of(x.matrix(), x.count), stream_);
+      detail::launch_elements(detail::ScaleOp<T>{xm, s.constant("scale")}, detail::space_of(x.matrix(), x.count),
+                              stream_);
     else
       detail::launch_elements(detail::BatchScaleOp<T, BatchScalar<T>>{xm, s}, detail::space_of(x.matrix(), x.count),
                               stream_);
@@ -482,21 +493,22 @@ class Engine {
       throw std::logic_error("matopt::cuda::Engine::syrk_lower (batched): C must be count x n x n");
     if (c.rows == 0 || c.count == 0) return;
     const T al = alpha.constant("syrk_lower"), be = beta.constant("syrk_lower");
-    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k"), count = detail::to_int(a.count, "count");
+    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k"),
+              count = detail::to_int(a.count, "count");
     if constexpr (std::is_same_v<T, float>) {
       if (precision_ == Precision::BF16) {
-        const __nv_bfloat16* a16 =
-            to_bf16(detail::mat(Strided<const T>(a.matrix()), a.stride), a.rows, a.cols, a.count, bf16_a_, "syrk_lower");
+        const __nv_bfloat16* a16 = to_bf16(detail::mat(Strided<const T>(a.matrix()), a.stride), a.rows, a.cols, a.count,
+                                           bf16_a_, "syrk_lower");
         MATOPT_CUDA_CHECK(cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &al, a16, CUDA_R_16BF, n,
-                                                     a.size(), a16, CUDA_R_16BF, n, a.size(), &be, c.data, CUDA_R_32F, n,
-                                                     c.stride, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                                     a.size(), a16, CUDA_R_16BF, n, a.size(), &be, c.data, CUDA_R_32F,
+                                                     n, c.stride, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return;
       }
-      MATOPT_CUDA_CHECK(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &al, a.data, n, a.stride, a.data,
-                                                  n, a.stride, &be, c.data, n, c.stride, count));
+      MATOPT_CUDA_CHECK(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &al, a.data, n, a.stride,
+                                                  a.data, n, a.stride, &be, c.data, n, c.stride, count));
     } else {
-      MATOPT_CUDA_CHECK(cublasDgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &al, a.data, n, a.stride, a.data,
-                                                  n, a.stride, &be, c.data, n, c.stride, count));
+      MATOPT_CUDA_CHECK(cublasDgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &al, a.data, n, a.stride,
+                                                  a.data, n, a.stride, &be, c.data, n, c.stride, count));
     }
   }
   /// C_b <- alpha A_b B_b + beta C_b for every matrix.
@@ -516,9 +528,9 @@ class Engine {
             to_bf16(detail::mat(Strided<const T>(a.matrix()), a.stride), a.rows, a.cols, a.count, bf16_a_, "gemm");
         const __nv_bfloat16* b16 =
             to_bf16(detail::mat(Strided<const T>(b.matrix()), b.stride), b.rows, b.cols, b.count, bf16_b_, "gemm");
-        MATOPT_CUDA_CHECK(cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &al, a16, CUDA_R_16BF, lda,
-                                                     a.size(), b16, CUDA_R_16BF, ldb, b.size(), &be, c.data, CUDA_R_32F, m,
-                                                     c.stride, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        MATOPT_CUDA_CHECK(cublasGemmStridedBatchedEx(
+            blas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &al, a16, CUDA_R_16BF, lda, a.size(), b16, CUDA_R_16BF, ldb,
+            b.size(), &be, c.data, CUDA_R_32F, m, c.stride, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return;
       }
       MATOPT_CUDA_CHECK(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &al, a.data, lda, a.stride,
@@ -537,9 +549,9 @@ class Engine {
   template <class T>
   void copy_lower(const Batched<T>& src, Batched<T>& dst) {
     check_float<T>();
-    detail::launch_elements(
-        detail::CopyLowerOp<T>{detail::mat(dst.matrix(), dst.stride), detail::mat(Strided<const T>(src.matrix()), src.stride)},
-        detail::space_of(dst.matrix(), dst.count), stream_);
+    detail::launch_elements(detail::CopyLowerOp<T>{detail::mat(dst.matrix(), dst.stride),
+                                                   detail::mat(Strided<const T>(src.matrix()), src.stride)},
+                            detail::space_of(dst.matrix(), dst.count), stream_);
   }
   template <class T>
   void add_diagonal(Batched<T>& c, const BatchScalar<T>& v) {
@@ -624,7 +636,8 @@ class Engine {
       x = x.t();
       y = y.t();
     }
-    const detail::BlasOperand oo = detail::blas_operand(out), ox = detail::blas_operand(x), oy = detail::blas_operand(y);
+    const detail::BlasOperand oo = detail::blas_operand(out), ox = detail::blas_operand(x),
+                              oy = detail::blas_operand(y);
     const int m = detail::to_int(out.rows, "m"), n = detail::to_int(out.cols, "n");
     if constexpr (std::is_same_v<T, float>)
       MATOPT_CUDA_CHECK(cublasSgeam(blas_, ox.op, oy.op, m, n, &a, x.data, ox.ld, &b, y.data, oy.ld, out.data, oo.ld));
@@ -634,14 +647,14 @@ class Engine {
 
   /// A bf16 column-major copy (count matrices of rows x cols, contiguous) of src in `buffer`.
   template <class T>
-  const __nv_bfloat16* to_bf16(detail::Mat<const T> src, Index rows, Index cols, Index count, detail::DeviceBuffer& buffer,
-                               const char* what) {
+  const __nv_bfloat16* to_bf16(detail::Mat<const T> src, Index rows, Index cols, Index count,
+                               detail::DeviceBuffer& buffer, const char* what) {
     static_assert(std::is_same_v<T, float>, "matopt::cuda::Engine: bf16 operands are converted from float");
     require(buffer, std::size_t(count * rows * cols) * sizeof(__nv_bfloat16), what);
     __nv_bfloat16* dst = buffer.as<__nv_bfloat16>();
     const Strided<__nv_bfloat16> d = matopt::detail::col_major(dst, rows, cols);
-    detail::launch_elements(detail::CopyOp<T, __nv_bfloat16>{detail::mat(d, rows * cols), src}, detail::space_of(d, count),
-                            stream_);
+    detail::launch_elements(detail::CopyOp<T, __nv_bfloat16>{detail::mat(d, rows * cols), src},
+                            detail::space_of(d, count), stream_);
     return dst;
   }
   /// lower(C) <- alpha A A^T + beta lower(C) with bf16 operands (file comment: blocks or one full GEMM).
@@ -673,8 +686,8 @@ class Engine {
     detail::write_pointer_batch<<<1, detail::kMaxPointerBatch, 0, stream_>>>(p, pa, pb, pc);
     MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::write_pointer_batch");
     const int bsi = detail::to_int(bs, "block");
-    MATOPT_CUDA_CHECK(cublasGemmBatchedEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, bsi, bsi, ki, &alpha, pa, CUDA_R_16BF, lda, pb,
-                                          CUDA_R_16BF, lda, &beta, pc, CUDA_R_32F, ldc, p.count, CUBLAS_COMPUTE_32F,
+    MATOPT_CUDA_CHECK(cublasGemmBatchedEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, bsi, bsi, ki, &alpha, pa, CUDA_R_16BF, lda,
+                                          pb, CUDA_R_16BF, lda, &beta, pc, CUDA_R_32F, ldc, p.count, CUBLAS_COMPUTE_32F,
                                           CUBLAS_GEMM_DEFAULT));
   }
 
@@ -682,7 +695,8 @@ class Engine {
   void mirror_tiles(T* c, Index n, Index ld, Index stride, Index count) {
     const unsigned tiles = unsigned(detail::ceil_div(n, detail::kWarp));
     if (tiles > detail::kMaxGridY)
-      throw std::invalid_argument("matopt::cuda::Engine::mirror_lower: matrix too large (n = " + std::to_string(n) + ")");
+      throw std::invalid_argument("matopt::cuda::Engine::mirror_lower: matrix too large (n = " + std::to_string(n) +
+                                  ")");
     const dim3 grid(tiles, tiles, unsigned(detail::index_min(count, detail::kMaxGridY)));
     detail::mirror_lower_tiles<T><<<grid, dim3(detail::kWarp, 8), 0, stream_>>>(c, n, ld, stride, count);
     MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::mirror_lower_tiles");

@@ -19,8 +19,7 @@ namespace matopt::cuda {
 /// `is_cublas()` says which.
 class Error : public std::runtime_error {
  public:
-  Error(const std::string& what, int code, bool cublas)
-      : std::runtime_error(what), code_(code), cublas_(cublas) {}
+  Error(const std::string& what, int code, bool cublas) : std::runtime_error(what), code_(code), cublas_(cublas) {}
   int code() const noexcept { return code_; }
   bool is_cublas() const noexcept { return cublas_; }
 
@@ -31,11 +30,11 @@ class Error : public std::runtime_error {
 
 namespace detail {
 
-[[noreturn]] inline void throw_error(const char* name, const char* description, int code, bool cublas,
-                                     const char* call, const char* file, int line) {
-  throw Error(std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + name + " (" +
-                  description + ")",
-              code, cublas);
+[[noreturn]] inline void throw_error(const char* name, const char* description, int code, bool cublas, const char* call,
+                                     const char* file, int line) {
+  throw Error(
+      std::string(file) + ":" + std::to_string(line) + ": " + call + " failed: " + name + " (" + description + ")",
+      code, cublas);
 }
 
 inline void check(cudaError_t status, const char* call, const char* file, int line) {

@@ -34,7 +34,7 @@ using matopt::detail::FusedStep;
 using matopt::detail::Strided;
 
 inline constexpr int kWarp = 32;
-inline constexpr int kBlock = 256;          ///< threads per block of the element-wise and reduction kernels
+inline constexpr int kBlock = 256;            ///< threads per block of the element-wise and reduction kernels
 inline constexpr unsigned kMaxGridY = 65535;  ///< CUDA's limit on gridDim.y and gridDim.z
 
 MATOPT_HOST_DEVICE inline Index ceil_div(Index a, Index b) { return (a + b - 1) / b; }
@@ -156,8 +156,8 @@ void launch_elements(const Op& op, Space s, cudaStream_t stream) {
   while (bx < unsigned(kBlock) && Index(bx) < s.inner) bx *= 2;
   const unsigned by = unsigned(kBlock) / bx;
   const dim3 block(bx, by);
-  const dim3 grid(unsigned(index_min(ceil_div(s.inner, bx), 1 << 20)), unsigned(index_min(ceil_div(s.outer, by), kMaxGridY)),
-                  unsigned(index_min(s.count, kMaxGridY)));
+  const dim3 grid(unsigned(index_min(ceil_div(s.inner, bx), 1 << 20)),
+                  unsigned(index_min(ceil_div(s.outer, by), kMaxGridY)), unsigned(index_min(s.count, kMaxGridY)));
   for_each_element<<<grid, block, 0, stream>>>(op, s);
   MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::for_each_element");
 }
@@ -262,7 +262,8 @@ __global__ void __launch_bounds__(kWarp * 8) mirror_lower_tiles(T* c, Index n, I
     T* cb = c + b * stride;
     for (int k = 0; k < kWarp; k += 8) {
       const Index row = tj * kWarp + threadIdx.x, col = ti * kWarp + threadIdx.y + k;
-      if (row < n && col < n) tile[threadIdx.y + k][threadIdx.x] = cb[row + col * ld];  // tile[p][q] = c(tj*32+q, ti*32+p)
+      if (row < n && col < n)
+        tile[threadIdx.y + k][threadIdx.x] = cb[row + col * ld];  // tile[p][q] = c(tj*32+q, ti*32+p)
     }
     __syncthreads();
     for (int k = 0; k < kWarp; k += 8) {
@@ -298,7 +299,8 @@ inline Index norm_chunks(Index size) { return index_max(1, index_min(1024, ceil_
 
 /// Pass 1: per (chunk c, segment b), the sum of squares and max |x| of the chunk.
 template <class T, class Acc>
-__global__ void __launch_bounds__(kBlock) norm_partials(Acc x, Index size, Index count, Index chunks, T* psum, T* pmax) {
+__global__ void __launch_bounds__(kBlock)
+    norm_partials(Acc x, Index size, Index count, Index chunks, T* psum, T* pmax) {
   __shared__ T shared[kWarp];
   const Index per = ceil_div(size, chunks), c = blockIdx.x;
   const Index begin = c * per, end = index_min(size, begin + per);
@@ -321,7 +323,8 @@ __global__ void __launch_bounds__(kBlock) norm_partials(Acc x, Index size, Index
 /// Pass 2, per segment: norm = sqrt(sum) when the sum is normal (or NaN); otherwise a = max |x| and either
 /// norm = a (zero or non-finite a) or aux = a > 0, which asks pass 3 for the rescaled sum.
 template <class T>
-__global__ void __launch_bounds__(kBlock) norm_finish(Index count, Index chunks, const T* psum, const T* pmax, T* norm, T* aux) {
+__global__ void __launch_bounds__(kBlock)
+    norm_finish(Index count, Index chunks, const T* psum, const T* pmax, T* norm, T* aux) {
   __shared__ T shared[kWarp];
   for (Index b = blockIdx.x; b < count; b += gridDim.x) {
     T s = T(0), m = T(0);
@@ -347,7 +350,8 @@ __global__ void __launch_bounds__(kBlock) norm_finish(Index count, Index chunks,
 
 /// Pass 3: partial sums of (x / a)^2 for the segments with aux = a > 0 (others return at once).
 template <class T, class Acc>
-__global__ void __launch_bounds__(kBlock) norm_rescaled_partials(Acc x, Index size, Index count, Index chunks, const T* aux, T* psum) {
+__global__ void __launch_bounds__(kBlock)
+    norm_rescaled_partials(Acc x, Index size, Index count, Index chunks, const T* aux, T* psum) {
   __shared__ T shared[kWarp];
   const Index per = ceil_div(size, chunks), c = blockIdx.x;
   const Index begin = c * per, end = index_min(size, begin + per);
@@ -366,7 +370,8 @@ __global__ void __launch_bounds__(kBlock) norm_rescaled_partials(Acc x, Index si
 
 /// Pass 4, per segment with aux = a > 0: norm = a * sqrt(sum of the rescaled partials).
 template <class T>
-__global__ void __launch_bounds__(kBlock) norm_rescaled_finish(Index count, Index chunks, const T* psum, const T* aux, T* norm) {
+__global__ void __launch_bounds__(kBlock)
+    norm_rescaled_finish(Index count, Index chunks, const T* psum, const T* aux, T* norm) {
   __shared__ T shared[kWarp];
   for (Index b = blockIdx.x; b < count; b += gridDim.x) {
     const T a = aux[b];
@@ -464,8 +469,8 @@ __global__ void __launch_bounds__(row_block_threads<TPR>) inverse_row_norms_alon
 /// The whole fused step of one contiguous row per group: U's norm, then W and V, with G and V held in
 /// registers (CACHE elements per thread; CACHE = 0: rows longer than TPR * 8, re-read from L2).
 template <class T, int TPR, int CACHE>
-__global__ void __launch_bounds__(row_block_threads<TPR>) fused_rows_along(Strided<T> w, Strided<const T> g, Strided<T> v,
-                                                                          FusedStep<T> f) {
+__global__ void __launch_bounds__(row_block_threads<TPR>)
+    fused_rows_along(Strided<T> w, Strided<const T> g, Strided<T> v, FusedStep<T> f) {
   __shared__ T shared[kWarp];
   constexpr int rows_per_block = row_block_threads<TPR> / TPR;
   constexpr int slots = CACHE > 0 ? CACHE : 1;
@@ -560,7 +565,8 @@ inline Index row_chunks(Index rows, Index cols, bool contiguous) {
 
 /// Two-pass, pass 1, contiguous rows: partial[c * rows + i] = sum over chunk c of row i of U^2, a block each.
 template <class T, class Src>
-__global__ void __launch_bounds__(kBlock) row_partials_along(Src src, Index rows, Index cols, Index chunks, T* partial) {
+__global__ void __launch_bounds__(kBlock)
+    row_partials_along(Src src, Index rows, Index cols, Index chunks, T* partial) {
   __shared__ T shared[kWarp];
   const Index per = ceil_div(cols, chunks), c = blockIdx.x;
   const Index begin = c * per, end = index_min(cols, begin + per);
@@ -577,7 +583,8 @@ __global__ void __launch_bounds__(kBlock) row_partials_along(Src src, Index rows
 
 /// Two-pass, pass 1, strided rows: a thread per (row, chunk), coalesced over rows.
 template <class T, class Src>
-__global__ void __launch_bounds__(kBlock) row_partials_across(Src src, Index rows, Index cols, Index chunks, T* partial) {
+__global__ void __launch_bounds__(kBlock)
+    row_partials_across(Src src, Index rows, Index cols, Index chunks, T* partial) {
   const Index per = ceil_div(cols, chunks);
   for (Index c = blockIdx.y; c < chunks; c += gridDim.y)
     for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += Index(gridDim.x) * blockDim.x) {
@@ -593,8 +600,8 @@ __global__ void __launch_bounds__(kBlock) row_partials_across(Src src, Index row
 /// Two-pass, pass 2: out[i] = numerator / max(||U_i||, eps), the partials summed in chunk order; a row whose
 /// sum left the normal range is rescaled by its own thread (rare).
 template <class T, class Src>
-__global__ void __launch_bounds__(kBlock) row_finish(Src src, Index rows, Index cols, Index chunks, const T* partial, T numerator,
-                                                     T eps, T* out) {
+__global__ void __launch_bounds__(kBlock)
+    row_finish(Src src, Index rows, Index cols, Index chunks, const T* partial, T numerator, T eps, T* out) {
   for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += Index(gridDim.x) * blockDim.x) {
     T s = T(0);
     for (Index c = 0; c < chunks; ++c) s += partial[c * rows + i];
@@ -630,15 +637,16 @@ void launch_row_scales(const Src& src, Index rows, Index cols, bool contiguous, 
           src, rows, cols, chunks, partial);
       MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_along");
     } else {
-      row_partials_across<T><<<dim3(unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), unsigned(index_min(chunks, kMaxGridY))),
-                               kBlock, 0, stream>>>(src, rows, cols, chunks, partial);
+      row_partials_across<T>
+          <<<dim3(unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), unsigned(index_min(chunks, kMaxGridY))), kBlock,
+             0, stream>>>(src, rows, cols, chunks, partial);
       MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_across");
     }
   } else {
     MATOPT_CUDA_CHECK(cudaMemsetAsync(partial, 0, sizeof(T) * std::size_t(rows), stream));  // empty rows: norm 0
   }
-  row_finish<T><<<unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), kBlock, 0, stream>>>(src, rows, cols, chunks, partial,
-                                                                                          numerator, eps, out);
+  row_finish<T><<<unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), kBlock, 0, stream>>>(
+      src, rows, cols, chunks, partial, numerator, eps, out);
   MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_finish");
 }
 

@@ -26,8 +26,8 @@ namespace matopt::cuda {
 namespace detail {
 
 template <class Method, class T>
-bool orthogonalize_setup(Engine& e, const T* u, T* out, Index count, Index m, Index n, const typename Method::Options& o,
-                         const char* where) {
+bool orthogonalize_setup(Engine& e, const T* u, T* out, Index count, Index m, Index n,
+                         const typename Method::Options& o, const char* where) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "matopt::cuda::orthogonalize: float or double");
   if (count < 0 || m < 0 || n < 0) matopt::detail::fail(where, "negative count or shape: ", count, " of ", m, "x", n);
   Method::validate(o, where);
@@ -71,10 +71,11 @@ void orthogonalize_batched(Engine& e, const T* u, T* out, Index count, Index m, 
   const matopt::detail::Strided<T> x = ws.x.matrix();
   e.copy_batched(matopt::detail::strided(u, m, n, layout), m * n, tall ? x.t() : x, r * s, count);
   const bool gram = Method::uses_gram(o, r, s);
-  const Batched<T>& d = matopt::detail::NsMatrices<Batched<T>>{&ws.x, &ws.y, &ws.a, &ws.b, &ws.q, &ws.t}.run(e, o, gram);
+  const Batched<T>& d =
+      matopt::detail::NsMatrices<Batched<T>>{&ws.x, &ws.y, &ws.a, &ws.b, &ws.q, &ws.t}.run(e, o, gram);
   const matopt::detail::Strided<T> dm = d.matrix();
-  e.copy_batched(matopt::detail::Strided<const T>(tall ? dm.t() : dm), r * s, matopt::detail::strided(out, m, n, layout),
-                 m * n, count);
+  e.copy_batched(matopt::detail::Strided<const T>(tall ? dm.t() : dm), r * s,
+                 matopt::detail::strided(out, m, n, layout), m * n, count);
 }
 
 }  // namespace matopt::cuda
