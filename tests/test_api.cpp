@@ -153,7 +153,7 @@ TEST_CASE_TEMPLATE("every preset gives the same numbers for row- and column-majo
   });
 }
 
-TEST_CASE("W may be a Map, a Ref or a Block of a larger matrix; G any expression") {
+TEST_CASE("W may be a Map, a Ref or a Block of a larger matrix, G any expression") {
   Eigen::MatrixXd big = randn(10, 10, 1);
   const Eigen::MatrixXd start = big;
   Eigen::MatrixXd w = big.block(2, 3, 4, 5);

@@ -169,7 +169,7 @@ TEST_CASE("bad checkpoints are rejected with a clear error and change nothing") 
                        CheckpointError);
 }
 
-TEST_CASE("hybrid checkpoints: states, skipped-step count and parameter values; mismatches rejected") {
+TEST_CASE("hybrid checkpoints: states, skipped-step count and parameter values, mismatches rejected") {
   using M = RowMat<float>;
   M w1 = randn<M>(8, 6, 1), b1 = randn<M>(1, 6, 2), head = randn<M>(3, 6, 3);
   auto make = [](M& w1_, M& b1_, M& head_) {

@@ -234,7 +234,7 @@ TEST_CASE_TEMPLATE("singular_value_quantiles: constructed spectra and JacobiSVD 
 // ---------------------------------------------------------------------------------------------------------
 // Newton–Schulz response, failure threshold, planner, power law
 
-TEST_CASE("Jordan failure threshold: 1.07e-3 at tau 0.5, k 5; each extra step divides it by ~3.4445 (diag)") {
+TEST_CASE("Jordan failure threshold: 1.07e-3 at tau 0.5, k 5, each extra step divides it by ~3.4445 (diag)") {
   const NsSchedule j = schedules::Jordan::schedule();
   const double t5 = ns_failure_threshold(j, 0.5);
   CHECK(std::abs(t5 - 1.07e-3) <= 5e-6);  // spec §6, published to three figures

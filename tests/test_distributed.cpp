@@ -91,7 +91,7 @@ void check_resume_at_half_size(ShardOptions save_mode, ShardOptions load_mode) {
 
 }  // namespace
 
-TEST_CASE("MPI: Muon owner-sharded equals single-process bitwise; traffic is 2 Psi + 8 B per rank-step") {
+TEST_CASE("MPI: Muon owner-sharded equals single-process bitwise, traffic is 2 Psi + 8 B per rank-step") {
   check_trajectory_and_traffic<Muon<float>>({ShardMode::Owner, GradSync::ReduceScatter});
   check_trajectory_and_traffic<Muon<float>>({ShardMode::Owner, GradSync::AllReduce});
 }

@@ -40,7 +40,7 @@ TEST_CASE_TEMPLATE("many cubic / quintic NS steps converge to the exact polar fa
   }
 }
 
-TEST_CASE_TEMPLATE("ExactPolar equals U V^T of the SVD; zero singular values map to zero", T, float, double) {
+TEST_CASE_TEMPLATE("ExactPolar equals U V^T of the SVD, zero singular values map to zero", T, float, double) {
   const Constructed c = constructed(10, 6, 0.05, 11);
   const auto d = precondition<Orthogonalize<ExactPolar>, T>(c.u.cast<T>());
   CHECK(rel_error(d, c.polar) <= 10 * tol<T>());

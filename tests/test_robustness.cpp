@@ -115,7 +115,7 @@ TEST_CASE("denormal gradients give finite steps") {
   }
 }
 
-TEST_CASE_TEMPLATE("documented results: zero rows give zero update rows; a zero gradient leaves W unchanged", T,
+TEST_CASE_TEMPLATE("documented results: zero rows give zero update rows, a zero gradient leaves W unchanged", T,
                    float, double) {
   using M = RowMatrix<T>;
   M g = randn<M>(6, 5, 1);

@@ -28,7 +28,7 @@ TEST_CASE("shard plan: greedy largest-first onto the least-loaded rank, ties by 
   CHECK_THROWS_WITH_AS(ShardPlan::greedy({1}, 0), doctest::Contains("at least one rank"), std::invalid_argument);
 }
 
-TEST_CASE("SingleProcess: identities and copies; counters record payload bytes per call kind") {
+TEST_CASE("SingleProcess: identities and copies, counters record payload bytes per call kind") {
   SingleProcess c;
   std::vector<float> a{1, 2, 3};
   c.all_reduce(a.data(), a.size());
@@ -73,7 +73,7 @@ TEST_CASE_TEMPLATE("SingleProcess sharding equals the plain optimizer bitwise", 
   }
 }
 
-TEST_CASE("ShardedOptimizer errors name the parameter, shape and rank; nothing changes") {
+TEST_CASE("ShardedOptimizer errors name the parameter, shape and rank, nothing changes") {
   SingleProcess comm;
   Model<float> m;
   ShardedOptimizer<Muon<float>> s(comm, m.views());

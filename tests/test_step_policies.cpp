@@ -150,7 +150,7 @@ TEST_CASE("non-finite policy in the batched step, the facade and the hybrid cont
   }
 }
 
-TEST_CASE_TEMPLATE("telemetry: every K-th step, U and the update as computed directly; off costs nothing", T, float,
+TEST_CASE_TEMPLATE("telemetry: every K-th step, U and the update as computed directly, off costs nothing", T, float,
                    double) {
   using M = RowMat<T>;
   RMNP<T> opt;

@@ -227,7 +227,7 @@ TEST_CASE("thrust backend: bad input names the parameter and shapes, and changes
                        std::invalid_argument);
 }
 
-TEST_CASE("thrust backend: a non-owning view of a framework's buffer; workspace sized once") {
+TEST_CASE("thrust backend: a non-owning view of a framework's buffer, and a workspace sized once") {
   using Opt = matopt::Muon<float>;
   thrust::device_vector<float> wbuf(8 * 12), gbuf(8 * 12);
   const HostMat<float, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(8, 12, 2);
@@ -251,7 +251,8 @@ TEST_CASE("thrust backend: a non-owning view of a framework's buffer; workspace 
 
 TEST_CASE_TEMPLATE("thrust backend: diagonal dominance of a device matrix equals the host's", T, float, double) {
   const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
-  for (const auto& [m, n] : std::vector<std::pair<Index, Index>>{{6, 20}, {20, 6}, {1, 5}, {8, 8}}) {
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{6, 20}, {20, 6}, {1, 5}, {8, 8}}) {
+    const Index m = shape.first, n = shape.second;
     for (const auto side : {matopt::GramSide::Rows, matopt::GramSide::Short}) {
       CAPTURE(m);
       CAPTURE(n);
