@@ -149,41 +149,30 @@ Strided<T> form_in_workspace(DeviceWorkspace<T>& ws, Index m, Index n, Layout la
   return u;
 }
 
-template <>
-struct DevicePreconditioner<RowNormalize> {
-  using Options = RowNormalize::Options;
+/// RowNormalize (Columns = false) and ColNormalize (true): D = U / max(||U_i||, eps) per row, or per column
+/// as the rows of U^T.
+template <bool Columns>
+struct DeviceNormalize {
+  using Options = detail::NormalizeOptions;
   template <class T>
   static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
     grow(ws.u, m * n);
-    grow(ws.scale, m);
+    grow(ws.scale, Columns ? n : m);
   }
   template <class T, class Engine, class FormU>
   static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
                           FormU&& form_u) {
     const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
-    e.inverse_row_norms(Strided<const T>(u), T(o.eps), raw(ws.scale));  // 1 / max(||U_i||, eps)
-    e.scale_rows(u, static_cast<const T*>(raw(ws.scale)));
+    const Strided<T> lines = Columns ? u.t() : u;
+    e.inverse_row_norms(Strided<const T>(lines), T(o.eps), raw(ws.scale));  // 1 / max(||line||, eps)
+    e.scale_rows(lines, static_cast<const T*>(raw(ws.scale)));
     return u;
   }
 };
-
 template <>
-struct DevicePreconditioner<ColNormalize> {
-  using Options = ColNormalize::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
-    grow(ws.u, m * n);
-    grow(ws.scale, n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
-                          FormU&& form_u) {
-    const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
-    e.inverse_row_norms(Strided<const T>(u.t()), T(o.eps), raw(ws.scale));  // columns = rows of U^T
-    e.scale_rows(u.t(), static_cast<const T*>(raw(ws.scale)));
-    return u;
-  }
-};
+struct DevicePreconditioner<RowNormalize> : DeviceNormalize<false> {};
+template <>
+struct DevicePreconditioner<ColNormalize> : DeviceNormalize<true> {};
 
 template <>
 struct DevicePreconditioner<Identity> {
