@@ -1,11 +1,15 @@
 #pragma once
-// The dense products of Newton–Schulz, on column-major contiguous matrices, with the engine chosen at
+// The dense products of Newton–Schulz, on contiguous matrices of either storage order (all operands of
+// one call in the same order), with the engine chosen at
 // configure time: Eigen's own (default) or BLAS (MATOPT_USE_BLAS: cblas sgemm/ssyrk and double versions,
 // e.g. Debian's OpenBLAS). Cost model and targets: shared/design/performance.md.
 //
 // Eigen engine: the products are cut into fixed tiles (kTile, never derived from the thread count), each
 // computed by one thread with Eigen's single-threaded kernels, so results are bitwise identical for any
-// number of threads. BLAS engine: one call per product; the BLAS library threads it.
+// number of threads. BLAS engine: one call per product; the BLAS library threads it. Products that fit in
+// one tile (every dimension <= kTile) take the Eigen engine's single-tile kernel under either engine: the
+// batched step runs such matrices one per thread, where a threaded BLAS would start its own threads from
+// each (oversubscription), and a matrix must give the same bits whether it is stepped alone or batched.
 
 #include <algorithm>
 
@@ -21,8 +25,11 @@
 
 namespace matopt::detail {
 
+/// A contiguous matrix in storage order Order (Eigen::ColMajor or Eigen::RowMajor).
+template <class T, int Order = Eigen::ColMajor>
+using DenseMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>>;
 template <class T>
-using ColMap = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>>;
+using ColMap = DenseMap<T, Eigen::ColMajor>;
 
 /// Edge of the square tiles of the Eigen engine's products.
 inline constexpr Index kTile = 256;
@@ -40,6 +47,8 @@ namespace tiles {
 inline Index count(Index n) { return (n + kTile - 1) / kTile; }
 inline Index begin(Index t) { return t * kTile; }
 inline Index size(Index t, Index n) { return std::min(kTile, n - t * kTile); }
+/// Whether a product with these dimensions is a single tile.
+inline bool single(Index m, Index n, Index k) { return std::max({m, n, k}) <= kTile; }
 /// Lower-triangle tile t of an nt x nt tiling as (row, col), row >= col.
 inline void lower(Index t, Index& i, Index& j) {
   i = 0;
@@ -70,17 +79,20 @@ void product_tile(T alpha, const L& l, const R& r, T beta, C&& c) {
 
 /// Lower triangle of C (n x n) <- alpha * A A^T + beta * C, A n x k (beta == 0: C's old values ignored).
 /// The strict upper triangle of C is not referenced.
-template <class T>
-void syrk_lower(T alpha, const ColMap<T>& a, T beta, ColMap<T>& c) {
+template <class T, int Order>
+void syrk_lower(T alpha, const DenseMap<T, Order>& a, T beta, DenseMap<T, Order>& c) {
   const Index n = a.rows();
 #if defined(MATOPT_USE_BLAS)
-  if constexpr (std::is_same_v<T, float>)
-    cblas_ssyrk(CblasColMajor, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), int(n), beta,
-                c.data(), int(n));
-  else
-    cblas_dsyrk(CblasColMajor, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), int(n), beta,
-                c.data(), int(n));
-#else
+  if (!tiles::single(n, n, a.cols())) {
+    const auto order = Order == Eigen::RowMajor ? CblasRowMajor : CblasColMajor;
+    const int lda = int(a.outerStride()), ldc = int(c.outerStride());
+    if constexpr (std::is_same_v<T, float>)
+      cblas_ssyrk(order, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), lda, beta, c.data(), ldc);
+    else
+      cblas_dsyrk(order, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), lda, beta, c.data(), ldc);
+    return;
+  }
+#endif
   const Index nt = tiles::count(n);
   parallel_for(nt * (nt + 1) / 2, [&](Index t) {
     Index i, j;
@@ -97,65 +109,104 @@ void syrk_lower(T alpha, const ColMap<T>& a, T beta, ColMap<T>& c) {
       product_tile(alpha, a.middleRows(r0, rn), a.middleRows(c0, cn).transpose(), beta, cij);
     }
   });
-#endif
 }
 
 /// C (m x n) <- alpha * A B + beta * C with A m x k, B k x n (beta == 0: C's old values ignored).
-template <class T>
-void gemm(T alpha, const ColMap<T>& a, const ColMap<T>& b, T beta, ColMap<T>& c) {
+template <class T, int Order>
+void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T beta, DenseMap<T, Order>& c) {
   const Index m = a.rows(), k = a.cols(), n = b.cols();
 #if defined(MATOPT_USE_BLAS)
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), int(m),
-                b.data(), int(k), beta, c.data(), int(m));
-  else
-    cblas_dgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), int(m),
-                b.data(), int(k), beta, c.data(), int(m));
-#else
-  (void)k;
+  if (!tiles::single(m, n, k)) {
+    const auto order = Order == Eigen::RowMajor ? CblasRowMajor : CblasColMajor;
+    const int lda = int(a.outerStride()), ldb = int(b.outerStride()), ldc = int(c.outerStride());
+    if constexpr (std::is_same_v<T, float>)
+      cblas_sgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
+                  beta, c.data(), ldc);
+    else
+      cblas_dgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
+                  beta, c.data(), ldc);
+    return;
+  }
+#endif
   const Index mt = tiles::count(m), nt = tiles::count(n);
   parallel_for(mt * nt, [&](Index t) {
     const Index i = t % mt, j = t / mt;
     const Index r0 = tiles::begin(i), rn = tiles::size(i, m), c0 = tiles::begin(j), cn = tiles::size(j, n);
     product_tile(alpha, a.middleRows(r0, rn), b.middleCols(c0, cn), beta, c.block(r0, c0, rn, cn));
   });
-#endif
 }
 
-/// Copies the lower triangle of the square matrix C onto its upper triangle.
+/// In the n x n column-major array c, copies the strictly lower triangle onto the strictly upper one
+/// (from_lower) or the other way round, in 64 x 64 blocks so that the transposed reads stay in cache
+/// (a plain triangular transpose of a 2048^2 float matrix is 2x slower).
 template <class T>
-void mirror_lower(ColMap<T>& c) {
-  c.template triangularView<Eigen::StrictlyUpper>() = c.transpose();
+void mirror_triangle(T* c, Index n, bool from_lower) {
+  constexpr Index kBlock = 64;
+  ColMap<T> m(c, n, n);
+  for (Index j0 = 0; j0 < n; j0 += kBlock) {
+    for (Index i0 = j0; i0 < n; i0 += kBlock) {  // block (i0, j0) of the lower triangle and its mirror (j0, i0)
+      const Index bi = std::min(kBlock, n - i0), bj = std::min(kBlock, n - j0);
+      if (i0 == j0) {
+        auto d = m.block(i0, i0, bi, bi);
+        if (from_lower)
+          d.template triangularView<Eigen::StrictlyUpper>() = d.transpose();
+        else
+          d.template triangularView<Eigen::StrictlyLower>() = d.transpose();
+      } else if (from_lower) {
+        m.block(j0, i0, bj, bi) = m.block(i0, j0, bi, bj).transpose();
+      } else {
+        m.block(i0, j0, bi, bj) = m.block(j0, i0, bj, bi).transpose();
+      }
+    }
+  }
+}
+
+/// Copies the lower triangle of the square matrix C onto its upper triangle. (The lower triangle of a
+/// row-major matrix is the upper triangle of the same memory read column-major.)
+template <class T, int Order>
+void mirror_lower(DenseMap<T, Order>& c) {
+  mirror_triangle(c.data(), c.rows(), Order == Eigen::ColMajor);
+}
+
+/// lower(dst) <- lower(src), both square, contiguous, in the same storage order.
+template <class T, int Order>
+void copy_lower(const DenseMap<T, Order>& src, DenseMap<T, Order>& dst) {
+  const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>> s(src.data(), src.rows(), src.cols());
+  ColMap<T> d(dst.data(), dst.rows(), dst.cols());
+  if constexpr (Order == Eigen::RowMajor)
+    d.template triangularView<Eigen::Upper>() = s;
+  else
+    d.template triangularView<Eigen::Lower>() = s;
 }
 
 /// The Eigen path's engine for the backend-generic algorithms (precondition/ns_algorithm.hpp): the
-/// configured GEMM engine's products on column-major maps.
+/// configured GEMM engine's products on contiguous maps (M = DenseMap<T, Order>, one order per run).
 struct HostEngine {
   template <class M>
   using scalar_t = typename M::Scalar;
 
-  template <class T>
-  static T norm(const ColMap<T>& x) { return robust_norm(x); }
-  template <class T>
-  static void scale(ColMap<T>& x, T s) { x *= s; }
-  template <class T>
-  static bool empty(const ColMap<T>& x) { return x.size() == 0; }
-  template <class T>
-  static void syrk_lower(T alpha, const ColMap<T>& a, T beta, ColMap<T>& c) { detail::syrk_lower(alpha, a, beta, c); }
-  template <class T>
-  static void gemm(T alpha, const ColMap<T>& a, const ColMap<T>& b, T beta, ColMap<T>& c) {
+  template <class M>
+  static auto norm(const M& x) { return robust_norm(x); }
+  template <class M>
+  static void scale(M& x, typename M::Scalar s) { x *= s; }
+  template <class M>
+  static bool empty(const M& x) { return x.size() == 0; }
+  template <class M>
+  static void syrk_lower(typename M::Scalar alpha, const M& a, typename M::Scalar beta, M& c) {
+    detail::syrk_lower(alpha, a, beta, c);
+  }
+  template <class M>
+  static void gemm(typename M::Scalar alpha, const M& a, const M& b, typename M::Scalar beta, M& c) {
     detail::gemm(alpha, a, b, beta, c);
   }
-  template <class T>
-  static void mirror_lower(ColMap<T>& c) { detail::mirror_lower(c); }
-  template <class T>
-  static void copy_lower(const ColMap<T>& src, ColMap<T>& dst) {
-    dst.template triangularView<Eigen::Lower>() = src;
-  }
-  template <class T>
-  static void add_diagonal(ColMap<T>& c, T v) { c.diagonal().array() += v; }
-  template <class T>
-  static void copy(const ColMap<T>& src, ColMap<T>& dst) { dst = src; }
+  template <class M>
+  static void mirror_lower(M& c) { detail::mirror_lower(c); }
+  template <class M>
+  static void copy_lower(const M& src, M& dst) { detail::copy_lower(src, dst); }
+  template <class M>
+  static void add_diagonal(M& c, typename M::Scalar v) { c.diagonal().array() += v; }
+  template <class M>
+  static void copy(const M& src, M& dst) { dst = src; }
 };
 
 }  // namespace matopt::detail

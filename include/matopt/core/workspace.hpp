@@ -20,10 +20,11 @@ class Buffer {
   void reserve(Index size) {
     if (size > data_.size()) data_.resize(size);
   }
-  /// A column-major rows x cols view of the front of the buffer.
-  Eigen::Map<Matrix> matrix(Index rows, Index cols) {
+  /// A rows x cols view of the front of the buffer, column-major unless Order says otherwise.
+  template <int Order = Eigen::ColMajor>
+  Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> matrix(Index rows, Index cols) {
     MATOPT_ASSERT(rows * cols <= data_.size());
-    return Eigen::Map<Matrix>(data_.data(), rows, cols);
+    return Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>>(data_.data(), rows, cols);
   }
   Eigen::Map<Vector> vector(Index size) {
     MATOPT_ASSERT(size <= data_.size());

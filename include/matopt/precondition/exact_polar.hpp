@@ -23,7 +23,10 @@ struct ExactPolar {
   struct Workspace {
     detail::Buffer<T> x, y;
     std::size_t bytes() const { return x.bytes() + y.bytes(); }
-    Eigen::Map<typename detail::Buffer<T>::Matrix> input(Index r, Index s) { return x.matrix(r, s); }
+    template <int Order>
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> input(Index rows, Index cols) {
+      return x.template matrix<Order>(rows, cols);
+    }
   };
 
   static void validate(const Options&, std::string_view) {}
@@ -35,12 +38,13 @@ struct ExactPolar {
   static bool set_option(Options&, std::string_view, std::string_view) { return false; }
   static constexpr const char* option_keys() { return ""; }
 
-  template <class T>
-  static Eigen::Map<typename detail::Buffer<T>::Matrix> run(Index r, Index s, const Options&,
-                                                           Workspace<T>& ws) {
+  /// The r x s input in the workspace, read in storage order Order; the result in the same order.
+  template <class T, int Order>
+  static Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> run(Index r, Index s, const Options&,
+                                                                                 Workspace<T>& ws) {
     using Matrix = typename detail::Buffer<T>::Matrix;
-    auto x = ws.x.matrix(r, s);
-    auto y = ws.y.matrix(r, s);
+    auto x = ws.x.template matrix<Order>(r, s);
+    auto y = ws.y.template matrix<Order>(r, s);
     if (r == 0 || s == 0) return y;
     Eigen::BDCSVD<Matrix> svd(x, Eigen::ComputeThinU | Eigen::ComputeThinV);
     const auto& sv = svd.singularValues();

@@ -48,8 +48,9 @@ struct NewtonSchulz {
   struct Workspace {
     detail::Buffer<T> x, y, a, b, q, t;  // q, t: Gram only
     std::size_t bytes() const { return x.bytes() + y.bytes() + a.bytes() + b.bytes() + q.bytes() + t.bytes(); }
-    /// Where the caller writes the r x s input.
-    detail::ColMap<T> input(Index r, Index s) { return x.matrix(r, s); }
+    /// Where the caller writes the input (rows * cols elements, in storage order Order).
+    template <int Order>
+    detail::DenseMap<T, Order> input(Index rows, Index cols) { return x.template matrix<Order>(rows, cols); }
   };
 
   static void validate(const Options& o, std::string_view where) {
@@ -93,16 +94,18 @@ struct NewtonSchulz {
     return o.variant == NsVariant::Gram || (o.variant == NsVariant::Auto && double(s) >= o.gram_aspect * double(r));
   }
 
-  /// Orthogonalizes the r x s input held in ws.input(r, s) and returns a view of the result (which lives
-  /// in the workspace).
-  template <class T>
-  static detail::ColMap<T> run(Index r, Index s, const Options& o, Workspace<T>& ws) {
-    detail::ColMap<T> x = ws.x.matrix(r, s), y = ws.y.matrix(r, s);
+  /// Orthogonalizes the r x s input held in the workspace's input, read in storage order Order, and
+  /// returns a view of the result (in the same order; it lives in the workspace).
+  template <class T, int Order>
+  static detail::DenseMap<T, Order> run(Index r, Index s, const Options& o, Workspace<T>& ws) {
+    using M = detail::DenseMap<T, Order>;
     const bool gram = uses_gram(o, r, s) && r > 0 && s > 0;
-    detail::ColMap<T> a = ws.a.matrix(r, r), b = ws.b.matrix(r, r);
-    detail::ColMap<T> q = ws.q.matrix(gram ? r : 0, gram ? r : 0), t = ws.t.matrix(gram ? r : 0, gram ? r : 0);
+    const Index k = gram ? r : 0;
+    M x = ws.x.template matrix<Order>(r, s), y = ws.y.template matrix<Order>(r, s);
+    M a = ws.a.template matrix<Order>(r, r), b = ws.b.template matrix<Order>(r, r);
+    M q = ws.q.template matrix<Order>(k, k), t = ws.t.template matrix<Order>(k, k);
     detail::HostEngine engine;
-    return detail::NsMatrices<detail::ColMap<T>>{&x, &y, &a, &b, &q, &t}.run(engine, o, gram);
+    return detail::NsMatrices<M>{&x, &y, &a, &b, &q, &t}.run(engine, o, gram);
   }
 };
 

@@ -1,12 +1,15 @@
 #pragma once
 // Orthogonalize: D = polar factor of U (Muon, spec §2.1), computed by `Method` (NewtonSchulz<Schedule>,
-// GramNewtonSchulz<Schedule> or ExactPolar). U (m x n) is transposed to r x s with r = min(m, n) <= s,
-// orthogonalized, and handed back transposed, without a copy, as a view of the workspace.
+// GramNewtonSchulz<Schedule> or ExactPolar), which works on r x s with r = min(m, n) <= s. U is copied into
+// the workspace in its own storage order (a straight copy) and that memory is read as X = U (wide) or
+// X = U^T (tall), which is the same memory in the opposite order; D comes back as a view of the workspace in
+// U's order. So no storage order or shape costs a transposing copy, and polar(U^T) = polar(U)^T.
 
 #include <string>
 #include <string_view>
 
 #include "matopt/config.hpp"
+#include "matopt/core/traits.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 
 namespace matopt {
@@ -35,19 +38,16 @@ struct Orthogonalize {
   /// Calls sink(D) with D the m x n orthogonalized direction of the expression U.
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
+    constexpr int order = detail::layout_of_v<UExpr> == Layout::RowMajor ? Eigen::RowMajor : Eigen::ColMajor;
     const Index m = u.rows(), n = u.cols();
     const bool tall = m > n;
     const Index r = tall ? n : m, s = tall ? m : n;
-    auto x = ws.input(r, s);
-    if (tall)
-      x.noalias() = u.transpose();
-    else
-      x.noalias() = u;
-    const auto d = Method::template run<T>(r, s, o, ws);
-    if (tall)
-      sink(d.transpose());
-    else
-      sink(d);
+    ws.template input<order>(m, n).noalias() = u;
+    // X = U keeps U's order; X = U^T (tall) reads the same memory in the other order.
+    const bool x_col_major = tall == (order == Eigen::RowMajor);
+    const T* d = x_col_major ? Method::template run<T, Eigen::ColMajor>(r, s, o, ws).data()
+                             : Method::template run<T, Eigen::RowMajor>(r, s, o, ws).data();
+    sink(Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, order>>(d, m, n));
   }
 };
 
