@@ -114,7 +114,7 @@ void syrk_lower(T alpha, const DenseMap<T, Order>& a, T beta, DenseMap<T, Order>
 /// C (m x n) <- alpha * A B + beta * C with A m x k, B k x n (beta == 0: C's old values ignored).
 template <class T, int Order>
 void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T beta, DenseMap<T, Order>& c) {
-  const Index m = a.rows(), k = a.cols(), n = b.cols();
+  const Index m = a.rows(), n = b.cols(), k = a.cols();
 #if defined(MATOPT_USE_BLAS)
   if (!tiles::single(m, n, k)) {
     const auto order = Order == Eigen::RowMajor ? CblasRowMajor : CblasColMajor;
@@ -127,6 +127,8 @@ void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T b
                   beta, c.data(), ldc);
     return;
   }
+#else
+  (void)k;
 #endif
   const Index mt = tiles::count(m), nt = tiles::count(n);
   parallel_for(mt * nt, [&](Index t) {
