@@ -6,10 +6,8 @@
 //
 // Eigen engine: the products are cut into fixed tiles (kTile, never derived from the thread count), each
 // computed by one thread with Eigen's single-threaded kernels, so results are bitwise identical for any
-// number of threads. BLAS engine: one call per product; the BLAS library threads it. Products that fit in
-// one tile (every dimension <= kTile) take the Eigen engine's single-tile kernel under either engine: the
-// batched step runs such matrices one per thread, where a threaded BLAS would start its own threads from
-// each (oversubscription), and a matrix must give the same bits whether it is stepped alone or batched.
+// number of threads. BLAS engine: one call per product; the BLAS library threads it (so the batched step
+// does not call it from several threads at once: core/optimizer.hpp).
 
 #include <algorithm>
 
@@ -34,6 +32,13 @@ using ColMap = DenseMap<T, Eigen::ColMajor>;
 /// Edge of the square tiles of the Eigen engine's products.
 inline constexpr Index kTile = 256;
 
+/// Whether the configured engine threads its products itself (BLAS) rather than through matopt's tiles.
+#if defined(MATOPT_USE_BLAS)
+inline constexpr bool kEngineThreads = true;
+#else
+inline constexpr bool kEngineThreads = false;
+#endif
+
 /// The name of the configured engine.
 inline constexpr const char* gemm_engine_name() {
 #if defined(MATOPT_USE_BLAS)
@@ -47,8 +52,6 @@ namespace tiles {
 inline Index count(Index n) { return (n + kTile - 1) / kTile; }
 inline Index begin(Index t) { return t * kTile; }
 inline Index size(Index t, Index n) { return std::min(kTile, n - t * kTile); }
-/// Whether a product with these dimensions is a single tile.
-inline bool single(Index m, Index n, Index k) { return std::max({m, n, k}) <= kTile; }
 /// Lower-triangle tile t of an nt x nt tiling as (row, col), row >= col.
 inline void lower(Index t, Index& i, Index& j) {
   i = 0;
@@ -83,16 +86,13 @@ template <class T, int Order>
 void syrk_lower(T alpha, const DenseMap<T, Order>& a, T beta, DenseMap<T, Order>& c) {
   const Index n = a.rows();
 #if defined(MATOPT_USE_BLAS)
-  if (!tiles::single(n, n, a.cols())) {
-    const auto order = Order == Eigen::RowMajor ? CblasRowMajor : CblasColMajor;
-    const int lda = int(a.outerStride()), ldc = int(c.outerStride());
-    if constexpr (std::is_same_v<T, float>)
-      cblas_ssyrk(order, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), lda, beta, c.data(), ldc);
-    else
-      cblas_dsyrk(order, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), lda, beta, c.data(), ldc);
-    return;
-  }
-#endif
+  const auto order = Order == Eigen::RowMajor ? CblasRowMajor : CblasColMajor;
+  const int lda = int(a.outerStride()), ldc = int(c.outerStride());
+  if constexpr (std::is_same_v<T, float>)
+    cblas_ssyrk(order, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), lda, beta, c.data(), ldc);
+  else
+    cblas_dsyrk(order, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), lda, beta, c.data(), ldc);
+#else
   const Index nt = tiles::count(n);
   parallel_for(nt * (nt + 1) / 2, [&](Index t) {
     Index i, j;
@@ -109,6 +109,7 @@ void syrk_lower(T alpha, const DenseMap<T, Order>& a, T beta, DenseMap<T, Order>
       product_tile(alpha, a.middleRows(r0, rn), a.middleRows(c0, cn).transpose(), beta, cij);
     }
   });
+#endif
 }
 
 /// C (m x n) <- alpha * A B + beta * C with A m x k, B k x n (beta == 0: C's old values ignored).
@@ -116,26 +117,23 @@ template <class T, int Order>
 void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T beta, DenseMap<T, Order>& c) {
   const Index m = a.rows(), n = b.cols(), k = a.cols();
 #if defined(MATOPT_USE_BLAS)
-  if (!tiles::single(m, n, k)) {
-    const auto order = Order == Eigen::RowMajor ? CblasRowMajor : CblasColMajor;
-    const int lda = int(a.outerStride()), ldb = int(b.outerStride()), ldc = int(c.outerStride());
-    if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
-                  beta, c.data(), ldc);
-    else
-      cblas_dgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
-                  beta, c.data(), ldc);
-    return;
-  }
+  const auto order = Order == Eigen::RowMajor ? CblasRowMajor : CblasColMajor;
+  const int lda = int(a.outerStride()), ldb = int(b.outerStride()), ldc = int(c.outerStride());
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb, beta,
+                c.data(), ldc);
+  else
+    cblas_dgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb, beta,
+                c.data(), ldc);
 #else
   (void)k;
-#endif
   const Index mt = tiles::count(m), nt = tiles::count(n);
   parallel_for(mt * nt, [&](Index t) {
     const Index i = t % mt, j = t / mt;
     const Index r0 = tiles::begin(i), rn = tiles::size(i, m), c0 = tiles::begin(j), cn = tiles::size(j, n);
     product_tile(alpha, a.middleRows(r0, rn), b.middleCols(c0, cn), beta, c.block(r0, c0, rn, cn));
   });
+#endif
 }
 
 /// In the n x n column-major array c, copies the strictly lower triangle onto the strictly upper one

@@ -152,7 +152,8 @@ class Optimizer {
 
   /// Steps many parameters at once: params[i] with grads[i] and states[i]. Everything is checked before
   /// anything changes. Matrices of at most detail::kTile rows and columns run in parallel, one per thread
-  /// (with a workspace per thread); larger ones one after another, each using all threads. Results are
+  /// (with a workspace per thread); larger ones, and all of them under the BLAS engine, one after another,
+  /// each using all threads. Results are
   /// bitwise identical to stepping each parameter alone, for any number of threads. (Parameters whose
   /// gradient is zeroed, or whose step reports telemetry, run after the parallel part, one by one.)
   void step(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
@@ -235,7 +236,10 @@ class Optimizer {
  private:
   using Workspace = typename Preconditioner::template Workspace<T>;
 
-  static bool small(Index m, Index n) { return std::max(m, n) <= detail::kTile; }
+  /// Whether the batched step runs this parameter in its parallel part. Not under the BLAS engine: a
+  /// threaded BLAS called from several threads at once oversubscribes the cores (64 x 256^2 Muon ran at
+  /// 0.47x the FLOP rate of one 2048^2 that way), so every parameter steps alone, with all threads.
+  static bool small(Index m, Index n) { return !detail::kEngineThreads && std::max(m, n) <= detail::kTile; }
 
   /// Sizes the shared workspace for an m x n parameter, and for small ones a workspace per extra thread.
   void reserve_workspaces(Index m, Index n, int threads) {
