@@ -100,9 +100,23 @@ struct Adaptive {
 
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
+    const bool exact = choose(s, o, [&] {
+      return column_gram ? diagonal_dominance(u.transpose(), ws.dominance) : diagonal_dominance(u, ws.dominance);
+    });
+    if (exact)
+      Exact::template apply<T>(u, o.exact, ws.exact, sink);
+    else
+      Cheap::template apply<T>(u, o.cheap, ws.cheap, sink);
+  }
+
+  /// The policy's rule, shared by every backend (the device path, backend/device_optimizer.hpp, measures on
+  /// the device): on a check (every `every` calls, the first included) `measure()` returns the diagonal
+  /// dominance of U's Gram (U^T U when column_gram) and sets the choice; counts the call; true when Exact
+  /// runs this call.
+  template <class T, class Measure>
+  static bool choose(State<T>& s, const Options& o, Measure&& measure) {
     if (s.calls % o.every == 0) {
-      const DiagonalDominance dd =
-          column_gram ? diagonal_dominance(u.transpose(), ws.dominance) : diagonal_dominance(u, ws.dominance);
+      const DiagonalDominance dd = measure();
       // A 1-row (1-column) Gram has no off-diagonal: both policies agree, keep the cheap one.
       const bool exact = dd.size >= 2 && dd.r_min < o.threshold;
       if (s.calls > 0 && exact != s.exact) ++s.switches;
@@ -110,10 +124,7 @@ struct Adaptive {
       s.r_min = dd.r_min;
     }
     ++s.calls;
-    if (s.exact)
-      Exact::template apply<T>(u, o.exact, ws.exact, sink);
-    else
-      Cheap::template apply<T>(u, o.cheap, ws.cheap, sink);
+    return s.exact;
   }
 };
 

@@ -101,12 +101,10 @@ struct SpectralCap {
   static void update(WMat& w, const DExpr& d, const GMat& g, State<T>& s, const Options& o, T lr, T lambda) {
     track(w, s, o);
     s.projection = T(0);
-    if (s.sigma > T(0) && double(s.sigma) >= o.threshold) {
+    if (measures(s, o)) {
       // c = u^T D v, one coefficient-wise pass over D (D may be an unevaluated expression).
       const auto uv = s.u.lazyProduct(s.v.transpose());
-      s.projection = d.cwiseProduct(uv).sum();
-      if (s.projection < T(0)) {
-        ++s.capped;
+      if (caps(s, T(d.cwiseProduct(uv).sum()))) {
         Inner::update(w, d - s.projection * uv, g, s.inner, o.inner, lr, lambda);
         return;
       }
@@ -117,36 +115,77 @@ struct SpectralCap {
   /// Power iteration on W (v <- W^T W v, normalized), warm-started from the previous v1.
   template <class T, class WMat>
   static void track(const WMat& w, State<T>& s, const Options& o) {
-    const Index n = w.cols();
-    int iterations = o.power_iterations;
-    if (!s.warm || s.v.squaredNorm() == T(0)) {
-      // A fixed pseudo-random start (not a constant vector, which a structured W can be orthogonal to).
-      std::uint64_t x = 0x9E3779B97F4A7C15ull;
-      for (Index j = 0; j < n; ++j) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        s.v(j) = T(double(x >> 11) * 0x1.0p-53 - 0.5);
+    struct HostVectors {
+      const WMat& w;
+      State<T>& s;
+      T forward() {  // u <- W v
+        s.u.noalias() = w * s.v;
+        return s.u.norm();
       }
-      s.v.normalize();
-      iterations = o.initial_iterations;
+      void normalize_u(T norm) { s.u /= norm; }
+      T backward() {  // v <- W^T u
+        s.v.noalias() = w.transpose() * s.u;
+        return s.v.norm();
+      }
+      void normalize_v(T norm) { s.v /= norm; }
+    };
+    power_iteration(s, start(s, o, w.cols()), HostVectors{w, s});
+  }
+
+  // The pieces of update() and track() that every backend shares (the device path, backend/
+  // device_optimizer.hpp, calls them on this State with its own vector operations).
+
+  /// The start of a step's tracking: the number of power iterations to run, power_iterations from a warm v,
+  /// else initial_iterations from a fixed pseudo-random unit v written into s.v (n = W's columns).
+  template <class T>
+  static int start(State<T>& s, const Options& o, Index n) {
+    if (s.warm && s.v.squaredNorm() != T(0)) return o.power_iterations;
+    // A fixed pseudo-random start (not a constant vector, which a structured W can be orthogonal to).
+    std::uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (Index j = 0; j < n; ++j) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      s.v(j) = T(double(x >> 11) * 0x1.0p-53 - 0.5);
     }
+    s.v.normalize();
+    return o.initial_iterations;
+  }
+
+  /// `iterations` power-iteration steps on vectors u, v held by `vec`: vec.forward() sets u = W v and returns
+  /// ||u||, vec.backward() sets v = W^T u and returns ||v||, vec.normalize_u / normalize_v(norm) divide by it.
+  /// Sets s.sigma (0, and s.warm = false, when W v or W^T u vanishes: nothing to cap).
+  template <class T, class Vectors>
+  static void power_iteration(State<T>& s, int iterations, Vectors&& vec) {
     s.warm = true;
     s.sigma = T(0);
     for (int k = 0; k < iterations; ++k) {
-      s.u.noalias() = w * s.v;
-      const T un = s.u.norm();
+      const T un = vec.forward();
       if (!(un > T(0))) {  // W v = 0: W is zero (or v in its null space); nothing to cap
         s.warm = false;
         return;
       }
-      s.u /= un;
-      s.v.noalias() = w.transpose() * s.u;
-      s.sigma = s.v.norm();
+      vec.normalize_u(un);
+      s.sigma = vec.backward();
       if (!(s.sigma > T(0))) {
         s.warm = false;
         return;
       }
-      s.v /= s.sigma;
+      vec.normalize_v(s.sigma);
     }
+  }
+
+  /// Whether c = u1^T D v1 is measured this step (after tracking): sigma1 > 0 and sigma1 >= threshold.
+  template <class T>
+  static bool measures(const State<T>& s, const Options& o) {
+    return s.sigma > T(0) && double(s.sigma) >= o.threshold;
+  }
+
+  /// Records c = u1^T D v1; true when the cap removes c u1 v1^T from D (c < 0), counted in s.capped.
+  template <class T>
+  static bool caps(State<T>& s, T c) {
+    s.projection = c;
+    if (!(c < T(0))) return false;
+    ++s.capped;
+    return true;
   }
 };
 
