@@ -1,9 +1,9 @@
 #pragma once
 // Diagnostics of matrices in device memory (spec §6): the Gram matrix is formed on the device by the
 // engine (SYRK in T, at least fp32 as spec §6 asks), copied to the host (k x k, the input is m x n) and
-// summarized by the host's own dominance_of_gram, so the statistics are computed by one implementation.
+// summarized by the host's own dominance_of_gram, so the statistics are computed by one implementation
+// (detail::gram_dominance, device_optimizer.hpp, which Adaptive on device also runs).
 
-#include <thrust/copy.h>
 #include <thrust/device_vector.h>
 
 #include "matopt/backend/device_matrix.hpp"
@@ -24,16 +24,10 @@ DiagonalDominance diagonal_dominance(Engine& e, DeviceMatrixView<const T> u, Gra
   if (columns) x = x.t();
   const Index k = x.rows, l = x.cols;
   DiagonalDominanceWorkspace<T> ws;
-  ws.template reserve<T>(k, l);
-  auto p = ws.gram.matrix(k, k);
-  if (k >= 2) {
-    thrust::device_vector<T> xbuf(std::size_t(k * l)), pbuf(std::size_t(k * k));
-    detail::Strided<T> xc = detail::col_major(detail::raw(xbuf), k, l), pc = detail::col_major(detail::raw(pbuf), k, k);
-    e.copy(x, xc);  // column-major, the engines' dense operand layout
-    e.syrk_lower(T(1), xc, T(0), pc);
-    thrust::copy(pbuf.begin(), pbuf.end(), p.data());
-  }
-  return detail::dominance_of_gram<T>(p, ws.rows, used);
+  thrust::device_vector<T> xbuf(std::size_t(k >= 2 ? k * l : 0)), pbuf(std::size_t(k >= 2 ? k * k : 0));
+  const detail::Strided<T> xc = detail::col_major(detail::raw(xbuf), k, l);
+  if (k >= 2) e.copy(x, xc);  // column-major, the engines' dense operand layout
+  return detail::gram_dominance(e, xc, detail::raw(pbuf), ws, used);
 }
 
 }  // namespace matopt

@@ -8,10 +8,19 @@
 // the host optimizer's; bad input throws std::invalid_argument before anything is written, as on the host.
 //
 // Policies on device: momentum Ema / Sum / NoMomentum; Orthogonalize<NewtonSchulz<...>> (plain and Gram),
-// RowNormalize, ColNormalize, Identity, Sign; Static and TrustRatio scaling. ExactPolar (an SVD),
-// SpectralCap and Adaptive are host-only for now (a static_assert says so).
+// RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact> (of those); Static and TrustRatio
+// scaling, and SpectralCap<Inner> around either. ExactPolar (an SVD) is host-only for now (a static_assert
+// says so).
+//   SpectralCap: the power iteration (SpectralCap::start / power_iteration), the cap rule (measures, caps)
+//     and the State are the host's; W v, W^T u, norms, u^T D v and D - c u v^T run on the engine. u and v
+//     live in the host State (so it stays the host's type and checkpoints mean the same): each step uploads
+//     v (n elements) into the workspace and downloads u, v (m + n) after the iteration.
+//   Adaptive: Adaptive::choose (the host's rule, State, counters) with r_min measured on the device: U's
+//     Gram formed by the engine (SYRK) and summarized by the host's dominance_of_gram, as
+//     diagonal_dominance(engine, view) does (device_diagnostics.hpp); then the chosen device preconditioner.
 // Device memory: the momentum buffer per state; one workspace per optimizer, grown by make_state, so step
 // allocates nothing on the device (Thrust's reductions may use a temporary buffer; the CUDA engine's do not).
+// The policies' states (SpectralCap's, Adaptive's, TrustRatio's) are their host State types, in host memory.
 
 #include <cstdint>
 #include <string_view>
@@ -24,6 +33,9 @@
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/core/errors.hpp"
 #include "matopt/core/step_policy.hpp"
+#include "matopt/core/traits.hpp"
+#include "matopt/diagnostics/diagonal_dominance.hpp"
+#include "matopt/precondition/adaptive.hpp"
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/elementwise.hpp"
 #include "matopt/precondition/fused_normalize.hpp"
@@ -31,6 +43,7 @@
 #include "matopt/precondition/ns_algorithm.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
 #include "matopt/precondition/row_normalize.hpp"
+#include "matopt/scaling/spectral_cap.hpp"
 #include "matopt/scaling/static.hpp"
 #include "matopt/scaling/trust_ratio.hpp"
 
@@ -81,12 +94,35 @@ void grow(thrust::device_vector<T>& v, Index size) {
 template <class T>
 struct DeviceWorkspace {
   thrust::device_vector<T> u, x, y, a, b, q, t, scale, clean;
+  thrust::device_vector<T> gram;     ///< Adaptive: the k x k Gram of U
+  thrust::device_vector<T> vectors;  ///< SpectralCap: u (m elements), then v (n)
+  DiagonalDominanceWorkspace<T> dominance;  ///< Adaptive: host memory for the Gram's statistics (not in bytes())
+  /// Device bytes.
   std::size_t bytes() const {
     return (u.size() + x.size() + y.size() + a.size() + b.size() + q.size() + t.size() + scale.size() +
-            clean.size()) *
+            clean.size() + gram.size() + vectors.size()) *
            sizeof(T);
   }
 };
+
+/// Diagonal dominance (spec §6) of P = X X^T for a column-major k x l X in device memory: P formed by the
+/// engine (gram_lower: SYRK in T's own precision, whatever the engine's product precision) in the k x k
+/// device scratch p, copied into host_ws and summarized by the host's own
+/// dominance_of_gram. The one implementation behind diagonal_dominance(engine, view) (device_diagnostics.hpp)
+/// and Adaptive on device; allocates nothing once host_ws is reserved for (k, l).
+template <class Engine, class T>
+DiagonalDominance gram_dominance(Engine& e, Strided<T> x, T* p, DiagonalDominanceWorkspace<T>& host_ws,
+                                 GramSide side) {
+  const Index k = x.rows;
+  host_ws.template reserve<T>(k, x.cols);
+  auto ph = host_ws.gram.matrix(k, k);
+  if (k >= 2) {
+    Strided<T> pc = col_major(p, k, k);
+    e.gram_lower(x, pc);
+    e.download(static_cast<const T*>(p), k * k, ph.data());
+  }
+  return dominance_of_gram<T>(ph, host_ws.rows, side);
+}
 
 template <class P>
 inline constexpr bool host_only_policy_v = false;
@@ -106,7 +142,8 @@ template <class P>
 struct DevicePreconditioner {
   static_assert(host_only_policy_v<P>,
                 "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
-                "Orthogonalize<NewtonSchulz<...>>, RowNormalize, ColNormalize, Identity, Sign)");
+                "Orthogonalize<NewtonSchulz<...>>, RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, "
+                "Exact> of those)");
 };
 
 template <class Schedule, NsVariant V>
@@ -204,20 +241,53 @@ struct DevicePreconditioner<Sign> {
   }
 };
 
-/// How each scaling updates W on a device engine (d is a workspace view and may be overwritten).
+/// Adaptive<Cheap, Exact>: Adaptive::choose (the host's rule and State) with r_min of U's Gram measured on the
+/// device (gram_dominance: U formed into ws.u, free until the chosen policy runs, as X = U or, for a column
+/// Gram, X = U^T), then the chosen device preconditioner, which forms U again from G and the momentum.
+template <class Cheap, class Exact>
+struct DevicePreconditioner<Adaptive<Cheap, Exact>> {
+  using P = Adaptive<Cheap, Exact>;
+  using Options = typename P::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    DevicePreconditioner<Cheap>::reserve(ws, o.cheap, m, n);
+    DevicePreconditioner<Exact>::reserve(ws, o.exact, m, n);
+    const Index k = P::column_gram ? n : m;
+    grow(ws.u, m * n);
+    grow(ws.gram, k * k);
+    ws.dominance.template reserve<T>(k, P::column_gram ? m : n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, typename P::template State<T>& s,
+                          Index m, Index n, Layout layout, FormU&& form_u) {
+    const bool exact = P::choose(s, o, [&] {
+      const Index k = P::column_gram ? n : m, l = P::column_gram ? m : n;
+      const Strided<T> x = col_major(raw(ws.u), k, l);  // P = X X^T
+      if (k >= 2) form_u(P::column_gram ? x.t() : x);
+      return gram_dominance(e, x, raw(ws.gram), ws.dominance, GramSide::Rows);
+    });
+    if (exact) return DevicePreconditioner<Exact>::apply(e, ws, o.exact, m, n, layout, form_u);
+    return DevicePreconditioner<Cheap>::apply(e, ws, o.cheap, m, n, layout, form_u);
+  }
+};
+
+/// How each scaling updates W on a device engine (d is a workspace view and may be overwritten):
+/// reserve(ws, options, m, n) and update(engine, ws, w, d, g, state, options, lr, lambda).
 template <class S>
 struct DeviceScaling {
   static_assert(host_only_policy_v<S>,
                 "matopt::DeviceOptimizer: this scaling has no device implementation (device scalings: Static, "
-                "TrustRatio)");
+                "TrustRatio, SpectralCap<Inner> of those)");
 };
 
 template <class Rule>
 struct DeviceScaling<Static<Rule>> {
   using S = Static<Rule>;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>&, const typename S::Options&, Index, Index) {}
   template <class T, class Engine>
-  static void update(Engine& e, Strided<T> w, Strided<T> d, Strided<const T>, typename S::template State<T>&,
-                     const typename S::Options& o, T lr, T lambda) {
+  static void update(Engine& e, DeviceWorkspace<T>&, Strided<T> w, Strided<T> d, Strided<const T>,
+                     typename S::template State<T>&, const typename S::Options& o, T lr, T lambda) {
     const auto k = S::coefficients(o, lr, lambda, w.rows, w.cols);  // W <- (1 - lr lambda) W - lr s D
     e.update(w, k.keep, k.step, Strided<const T>(d));
   }
@@ -226,15 +296,66 @@ struct DeviceScaling<Static<Rule>> {
 template <class Ratio, class Shape>
 struct DeviceScaling<TrustRatio<Ratio, Shape>> {
   using S = TrustRatio<Ratio, Shape>;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>&, const typename S::Options&, Index, Index) {}
   template <class T, class Engine>
-  static void update(Engine& e, Strided<T> w, Strided<T> q, Strided<const T> g, typename S::template State<T>& st,
-                     const typename S::Options& o, T lr, T lambda) {
+  static void update(Engine& e, DeviceWorkspace<T>&, Strided<T> w, Strided<T> q, Strided<const T> g,
+                     typename S::template State<T>& st, const typename S::Options& o, T lr, T lambda) {
     const Index m = w.rows, n = w.cols;
     e.combine(q, lambda, Strided<const T>(w), T(S::factor(o, m, n)), Strided<const T>(q));  // D' = lambda W + s Q
     const T w_norm = e.norm(Strided<const T>(w));
     const T r = S::uses_g_norm ? S::ratio(w_norm, T(0), e.norm(g), st, o, m, n, lambda)
                                : S::ratio(w_norm, e.norm(Strided<const T>(q)), T(0), st, o, m, n, lambda);
     e.update(w, T(1), lr * r, Strided<const T>(q));  // W <- W - lr r D'
+  }
+};
+
+/// SpectralCap's power-iteration vectors in device memory (SpectralCap::power_iteration's interface).
+template <class T, class Engine>
+struct DeviceSingularVectors {
+  Engine& e;
+  Strided<const T> w;
+  T* u;  ///< w.rows elements
+  T* v;  ///< w.cols elements
+  T forward() {  // u <- W v
+    e.gemv(T(1), w, static_cast<const T*>(v), T(0), u);
+    return e.norm(col_major(static_cast<const T*>(u), w.rows, 1));
+  }
+  void normalize_u(T norm) { e.scale(col_major(u, w.rows, 1), T(1) / norm); }
+  T backward() {  // v <- W^T u
+    e.gemv(T(1), w.t(), static_cast<const T*>(u), T(0), v);
+    return e.norm(col_major(static_cast<const T*>(v), w.cols, 1));
+  }
+  void normalize_v(T norm) { e.scale(col_major(v, w.cols, 1), T(1) / norm); }
+};
+
+/// SpectralCap<Inner> (spec §5): the host's start, power iteration and cap rule on the host State, with the
+/// vectors in ws.vectors (v uploaded from the State, u and v downloaded into it after the iteration), then
+/// the inner scaling's device update on D or D - c u v^T.
+template <class Inner>
+struct DeviceScaling<SpectralCap<Inner>> {
+  using S = SpectralCap<Inner>;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const typename S::Options& o, Index m, Index n) {
+    grow(ws.vectors, m + n);
+    DeviceScaling<Inner>::reserve(ws, o.inner, m, n);
+  }
+  template <class T, class Engine>
+  static void update(Engine& e, DeviceWorkspace<T>& ws, Strided<T> w, Strided<T> d, Strided<const T> g,
+                     typename S::template State<T>& st, const typename S::Options& o, T lr, T lambda) {
+    const Index m = w.rows, n = w.cols;
+    T* u = raw(ws.vectors);
+    T* v = u + m;
+    const int iterations = S::start(st, o, n);
+    e.upload(static_cast<const T*>(st.v.data()), n, v);
+    S::power_iteration(st, iterations, DeviceSingularVectors<T, Engine>{e, Strided<const T>(w), u, v});
+    e.download(static_cast<const T*>(u), m, st.u.data());
+    e.download(static_cast<const T*>(v), n, st.v.data());
+    st.projection = T(0);
+    if (S::measures(st, o) &&
+        S::caps(st, e.bilinear(static_cast<const T*>(u), Strided<const T>(d), static_cast<const T*>(v))))
+      e.rank1(d, -st.projection, static_cast<const T*>(u), static_cast<const T*>(v));  // D <- D - c u v^T
+    DeviceScaling<Inner>::update(e, ws, w, d, g, st.inner, o.inner, lr, lambda);
   }
 };
 
@@ -252,7 +373,8 @@ class DeviceOptimizer {
   using ScalingType = typename Host::ScalingType;
   using EngineType = Engine;
 
-  /// Per-parameter state: the momentum buffer (device memory, in W's storage order) and the scaling's state.
+  /// Per-parameter state: the momentum buffer (device memory, in W's storage order) and the policies' states
+  /// (the host optimizer's State types, in host memory).
   struct State {
     Index rows = 0;
     Index cols = 0;
@@ -261,7 +383,9 @@ class DeviceOptimizer {
     std::int64_t skipped = 0;
     std::int64_t zeroed = 0;
     thrust::device_vector<T> momentum;
+    detail::policy_state_t<PreconditionerType, T> precondition{};
     typename ScalingType::template State<T> scaling{};
+    /// Device bytes (the momentum buffer).
     std::size_t bytes() const { return momentum.size() * sizeof(T); }
   };
 
@@ -284,6 +408,8 @@ class DeviceOptimizer {
     s.cols = w.cols;
     s.layout = w.layout;
     if constexpr (MomentumType::has_buffer) s.momentum.assign(std::size_t(w.size()), T(0));
+    detail::init_policy_state<PreconditionerType>(s.precondition, w.rows, w.cols);
+    detail::init_policy_state<ScalingType>(s.scaling, w.rows, w.cols);
     reserve(w.rows, w.cols);
     return s;
   }
@@ -356,6 +482,7 @@ class DeviceOptimizer {
 
   void reserve(Index m, Index n) {
     Precondition::reserve(ws_, options_.precondition, m, n);
+    Scale::reserve(ws_, options_.scaling, m, n);
     if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(m, n);
     if (options_.non_finite == NonFinite::Zero) detail::grow(ws_.clean, m * n);
   }
@@ -382,8 +509,12 @@ class DeviceOptimizer {
       else
         engine_.copy(g, target);
     };
-    const detail::Strided<T> d = Precondition::apply(engine_, ws_, options_.precondition, m, n, state.layout, form_u);
-    Scale::update(engine_, w, d, g, state.scaling, options_.scaling, lr, lambda);
+    detail::Strided<T> d;
+    if constexpr (detail::has_policy_state_v<PreconditionerType, T>)
+      d = Precondition::apply(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
+    else
+      d = Precondition::apply(engine_, ws_, options_.precondition, m, n, state.layout, form_u);
+    Scale::update(engine_, ws_, w, d, g, state.scaling, options_.scaling, lr, lambda);
     if constexpr (MomentumType::has_buffer)
       engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
   }

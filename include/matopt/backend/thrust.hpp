@@ -19,6 +19,8 @@
 #include <cmath>
 #include <type_traits>
 
+#include <thrust/copy.h>
+#include <thrust/device_ptr.h>
 #include <thrust/for_each.h>
 #include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -271,6 +273,47 @@ struct TriangleOp {  // mirror: c(i, j) = c(j, i) for i < j; copy_lower: dst(i, 
   }
 };
 template <class T>
+struct GemvOp {  // y(i) = alpha sum_j a(i, j) x(j) + beta y(i), one row per item
+  Strided<const T> a;
+  const T* x;
+  T* y;
+  T alpha, beta;
+  MATOPT_HOST_DEVICE void operator()(Index i) const {
+    T acc = T(0);
+    for (Index j = 0; j < a.cols; ++j) acc += a(i, j) * x[j];
+    y[i] = alpha * acc + (beta == T(0) ? T(0) : beta * y[i]);
+  }
+};
+template <class T>
+struct DotAt {  // x[k] y[k]
+  const T* x;
+  const T* y;
+  MATOPT_HOST_DEVICE T operator()(Index k) const { return x[k] * y[k]; }
+};
+template <class T>
+struct BilinearAt {  // d(i, j) (u[i] v[j]), the term of u^T D v (as SpectralCap's host sum forms it)
+  Strided<const T> d;
+  const T* u;
+  const T* v;
+  MATOPT_HOST_DEVICE T operator()(Index k) const {
+    Index i, j;
+    element_of(d, k, i, j);
+    return d(i, j) * (u[i] * v[j]);
+  }
+};
+template <class T>
+struct Rank1Op {  // d(i, j) += alpha (x[i] y[j])
+  Strided<T> d;
+  const T* x;
+  const T* y;
+  T alpha;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(d, k, i, j);
+    d(i, j) += alpha * (x[i] * y[j]);
+  }
+};
+template <class T>
 struct AddDiagonalOp {
   Strided<T> c;
   T v;
@@ -368,6 +411,11 @@ struct ThrustEngine {
   void syrk_lower(T alpha, const detail::Strided<T>& a, T beta, detail::Strided<T>& c) {
     each(c.size(), detail::SyrkLowerOp<T>{a, c, alpha, beta});
   }
+  /// lower(c) = a a^T in T (the Gram of diagnostics and Adaptive; the same products as syrk_lower here).
+  template <class T>
+  void gram_lower(const detail::Strided<T>& a, detail::Strided<T>& c) {
+    syrk_lower(T(1), a, T(0), c);
+  }
   template <class T>
   void mirror_lower(detail::Strided<T>& c) {
     each(c.size(), detail::TriangleOp<T>{c, c, true});
@@ -383,6 +431,41 @@ struct ThrustEngine {
   template <class T>
   void copy(const detail::Strided<T>& src, detail::Strided<T>& dst) {
     copy(detail::Strided<const T>(src), dst);
+  }
+
+  // Vectors (SpectralCap's power iteration; contiguous device vectors x, y, u, v of the lengths the shapes imply).
+  /// y = alpha A x + beta y (beta = 0: y not read), A on any strides (W, or W.t() for W^T u).
+  template <class T>
+  void gemv(T alpha, detail::Strided<const T> a, const T* x, T beta, T* y) {
+    each(a.rows, detail::GemvOp<T>{a, x, y, alpha, beta});
+  }
+  /// x^T y of n elements.
+  template <class T>
+  T dot(const T* x, const T* y, Index n) {
+    if (n <= 0) return T(0);
+    return thrust::transform_reduce(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(n),
+                                    detail::DotAt<T>{x, y}, T(0), thrust::plus<T>());
+  }
+  /// u^T D v (u: D.rows elements, v: D.cols).
+  template <class T>
+  T bilinear(const T* u, detail::Strided<const T> d, const T* v) {
+    if (d.size() == 0) return T(0);
+    return thrust::transform_reduce(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(d.size()),
+                                    detail::BilinearAt<T>{d, u, v}, T(0), thrust::plus<T>());
+  }
+  /// D += alpha x y^T (x: D.rows elements, y: D.cols).
+  template <class T>
+  void rank1(detail::Strided<T> d, T alpha, const T* x, const T* y) {
+    each(d.size(), detail::Rank1Op<T>{d, x, y, alpha});
+  }
+  /// n elements from host memory to device memory, and back (returns when the host copy is complete).
+  template <class T>
+  void upload(const T* host, Index n, T* device) {
+    if (n > 0) thrust::copy(host, host + n, thrust::device_pointer_cast(device));
+  }
+  template <class T>
+  void download(const T* device, Index n, T* host) {
+    if (n > 0) thrust::copy(thrust::device_pointer_cast(device), thrust::device_pointer_cast(device) + n, host);
   }
 };
 

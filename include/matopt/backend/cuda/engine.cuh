@@ -24,13 +24,17 @@
 //         one full GEMM. Either way the strict upper triangle of C's diagonal blocks is overwritten (and read
 //         when beta != 0); ns_algorithm.hpp mirrors the lower triangle after every syrk_lower, so only the
 //         lower triangle carries meaning, as the engine contract says. Norms are always fp32/fp64.
-// Reductions (norm, all_finite) run in the engine's own kernels into engine scratch; the host gets the
-// result by one cudaMemcpyAsync to pinned memory and one stream synchronization.
+// Reductions (norm, all_finite, dot, bilinear) run in the engine's own kernels into engine scratch; the host
+// gets the result by one cudaMemcpyAsync to pinned memory and one stream synchronization.
+// Vectors (SpectralCap's power iteration): gemv by cublas<t>gemv and the Gram of diagnostics / Adaptive
+// (gram_lower) by cublas<t>syrk, both under CUBLAS_DEFAULT_MATH whatever the Precision (T's own arithmetic;
+// spec §6 asks for at least fp32); u^T D v and D += alpha x y^T by kernels.
 //
 // Streams: an engine-created stream is a blocking stream (cudaStreamCreate), so it is ordered with the legacy
 // default stream that Thrust's device_vector copies use (DeviceMatrix, to_host): no extra synchronization is
 // needed around DeviceOptimizer::step. With a caller's stream, ordering with other streams is the caller's.
-// Operations return when their work is queued, except norm and all_finite (which wait for their result).
+// Operations return when their work is queued, except norm, all_finite, dot, bilinear and download (which wait
+// for their result).
 
 #include <algorithm>
 #include <climits>
@@ -452,6 +456,94 @@ class Engine {
   void copy(const Strided<T>& src, Strided<T>& dst) {
     copy(Strided<const T>(src), dst);
   }
+  /// lower(C) <- A A^T in T's own precision (cublas<t>syrk under CUBLAS_DEFAULT_MATH, never TF32 or BF16): the
+  /// Gram of diagnostics and of Adaptive (spec §6 asks for at least fp32). C column-major.
+  template <class T>
+  void gram_lower(const Strided<T>& a, Strided<T>& c) {
+    check_float<T>();
+    if (c.rows != a.rows || c.cols != a.rows)
+      throw std::logic_error("matopt::cuda::Engine::gram_lower: C must be n x n");
+    if (c.rows == 0) return;
+    const detail::BlasOperand oc = detail::blas_operand(c), oa = detail::blas_operand(a);
+    if (oc.op != CUBLAS_OP_N) throw std::logic_error("matopt::cuda::Engine::gram_lower: C must be column-major");
+    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k");
+    const T one = T(1), zero = T(0);
+    default_math([&] {
+      if constexpr (std::is_same_v<T, float>)
+        MATOPT_CUDA_CHECK(
+            cublasSsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &one, a.data, oa.ld, &zero, c.data, oc.ld));
+      else
+        MATOPT_CUDA_CHECK(
+            cublasDsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &one, a.data, oa.ld, &zero, c.data, oc.ld));
+    });
+  }
+
+  // ---- Vectors (SpectralCap's power iteration: contiguous device vectors of the lengths the shapes imply) --
+
+  /// y = alpha A x + beta y (beta = 0: y not read) by cublas<t>gemv in T (CUBLAS_DEFAULT_MATH); A dense in either
+  /// storage order (W, or W.t() for W^T u).
+  template <class T>
+  void gemv(T alpha, Strided<const T> a, const T* x, T beta, T* y) {
+    check_float<T>();
+    if (a.rows == 0) return;
+    if (a.cols == 0) {  // y = beta y (cuBLAS would leave y as it is)
+      if (beta == T(0))
+        MATOPT_CUDA_CHECK(cudaMemsetAsync(y, 0, sizeof(T) * std::size_t(a.rows), stream_));
+      else
+        scale(matopt::detail::col_major(y, a.rows, 1), beta);
+      return;
+    }
+    const detail::BlasOperand oa = detail::blas_operand(a);  // op T: the storage is the column-major A^T
+    const bool plain = oa.op == CUBLAS_OP_N;
+    const int m = detail::to_int(plain ? a.rows : a.cols, "m"), n = detail::to_int(plain ? a.cols : a.rows, "n");
+    default_math([&] {
+      if constexpr (std::is_same_v<T, float>)
+        MATOPT_CUDA_CHECK(cublasSgemv(blas_, oa.op, m, n, &alpha, a.data, oa.ld, x, 1, &beta, y, 1));
+      else
+        MATOPT_CUDA_CHECK(cublasDgemv(blas_, oa.op, m, n, &alpha, a.data, oa.ld, x, 1, &beta, y, 1));
+    });
+  }
+  /// x^T y of n elements, summed in T.
+  template <class T>
+  T dot(const T* x, const T* y, Index n) {
+    check_float<T>();
+    if (n <= 0) return T(0);
+    T* values = norm_values_.as<T>();
+    detail::launch_sum(detail::DotTerms<T>{x, y}, n, norm_partials_.as<T>(), values, stream_);
+    return fetch(static_cast<const T*>(values));
+  }
+  /// u^T D v (u: D.rows elements, v: D.cols), summed in T over D's elements in its memory order.
+  template <class T>
+  T bilinear(const T* u, Strided<const T> d, const T* v) {
+    check_float<T>();
+    const Index size = d.size();
+    if (size == 0) return T(0);
+    T* values = norm_values_.as<T>();
+    detail::launch_sum(detail::BilinearTerms<T>{d, u, v}, size, norm_partials_.as<T>(), values, stream_);
+    return fetch(static_cast<const T*>(values));
+  }
+  /// D += alpha x y^T (x: D.rows elements, y: D.cols).
+  template <class T>
+  void rank1(Strided<T> d, T alpha, const T* x, const T* y) {
+    check_float<T>();
+    detail::launch_elements(detail::Rank1Op<T>{detail::mat(d), x, y, alpha}, detail::space_of(d), stream_);
+  }
+  /// n elements from (pageable) host memory to device memory, on the engine's stream (the host data is staged
+  /// before the call returns).
+  template <class T>
+  void upload(const T* host, Index n, T* device) {
+    check_float<T>();
+    if (n <= 0) return;
+    MATOPT_CUDA_CHECK(cudaMemcpyAsync(device, host, sizeof(T) * std::size_t(n), cudaMemcpyHostToDevice, stream_));
+  }
+  /// n elements from device memory to host memory, after the stream's earlier work; returns when they are there.
+  template <class T>
+  void download(const T* device, Index n, T* host) {
+    check_float<T>();
+    if (n <= 0) return;
+    MATOPT_CUDA_CHECK(cudaMemcpyAsync(host, device, sizeof(T) * std::size_t(n), cudaMemcpyDeviceToHost, stream_));
+    MATOPT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   // ---- The same on Batched<T> handles: strided-batched cuBLAS, kernels over (i, j, matrix) ---------------
 
@@ -577,6 +669,22 @@ class Engine {
   static void check_float() {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                   "matopt::cuda::Engine: the element type must be float or double");
+  }
+  /// Runs f (cuBLAS calls) under CUBLAS_DEFAULT_MATH: T's own arithmetic even when the products are TF32.
+  template <class F>
+  void default_math(F&& f) {
+    if (precision_ != Precision::TF32) {
+      f();
+      return;
+    }
+    MATOPT_CUDA_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    try {
+      f();
+    } catch (...) {
+      cublasSetMathMode(blas_, CUBLAS_TF32_TENSOR_OP_MATH);
+      throw;
+    }
+    MATOPT_CUDA_CHECK(cublasSetMathMode(blas_, CUBLAS_TF32_TENSOR_OP_MATH));
   }
   /// Bytes of `count` scalars of the largest element type (scratch is shared by float and double calls).
   static std::size_t scalar_bytes(Index count) { return std::size_t(detail::index_max(count, 0)) * sizeof(double); }

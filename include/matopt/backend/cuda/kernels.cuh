@@ -14,6 +14,7 @@
 //    for the whole fused step); "across" (strided rows) in two passes: partial sums of squares over column
 //    chunks (thread per row, coalesced over rows), then the per-row finish, then the element-wise update.
 //  - triangles: mirror_lower through 32 x 32 shared-memory tiles (coalesced reads and writes).
+//  - sums (dot products, u^T D v): the norms' fixed chunks, then one block for the chunk sums.
 
 #include <cstddef>
 #include <type_traits>
@@ -217,6 +218,14 @@ struct ScaleRowsOp {  // x(i, j) *= s[i]
   __device__ void operator()(Index i, Index j, Index b) const { x(i, j, b) *= s[i]; }
 };
 template <class T>
+struct Rank1Op {  // d(i, j) += alpha (x[i] y[j])
+  Mat<T> d;
+  const T* x;
+  const T* y;
+  T alpha;
+  __device__ void operator()(Index i, Index j, Index b) const { d(i, j, b) += alpha * (x[i] * y[j]); }
+};
+template <class T>
 struct CopyLowerOp {  // dst(i, j) = src(i, j) for i >= j
   Mat<T> dst;
   Mat<const T> src;
@@ -398,6 +407,68 @@ void launch_norms(const Acc& x, Index size, Index count, T* psum, T* pmax, T* no
   MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::norm_rescaled_partials");
   norm_rescaled_finish<T><<<per_segment, kBlock, 0, stream>>>(count, chunks, psum, aux, norm);
   MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::norm_rescaled_finish");
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Sums (dot products and u^T D v: SpectralCap's power iteration), in T, with the norms' fixed chunk layout
+
+/// Term k of x^T y.
+template <class T>
+struct DotTerms {
+  const T* x;
+  const T* y;
+  __device__ T operator()(Index k) const { return x[k] * y[k]; }
+};
+/// Term k of u^T D v, d(i, j) (u[i] v[j]) as SpectralCap's host sum forms it, k running over D in its memory
+/// order (coalesced).
+template <class T>
+struct BilinearTerms {
+  Strided<const T> d;
+  const T* u;
+  const T* v;
+  __device__ T operator()(Index k) const {
+    Index i, j;
+    if (d.cols <= 1 || (d.rows > 1 && d.rs <= d.cs)) {
+      i = k % d.rows;
+      j = k / d.rows;
+    } else {
+      i = k / d.cols;
+      j = k % d.cols;
+    }
+    return d(i, j) * (u[i] * v[j]);
+  }
+};
+
+/// Pass 1: psum[c] = the sum of chunk c's terms.
+template <class T, class Terms>
+__global__ void __launch_bounds__(kBlock) sum_partials(Terms x, Index size, Index chunks, T* psum) {
+  __shared__ T shared[kWarp];
+  const Index per = ceil_div(size, chunks);
+  for (Index c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const Index begin = c * per, end = index_min(size, begin + per);
+    T s = T(0);
+    for (Index k = begin + threadIdx.x; k < end; k += blockDim.x) s += x(k);
+    s = block_reduce(s, SumOp{}, T(0), shared);
+    if (threadIdx.x == 0) psum[c] = s;
+  }
+}
+/// Pass 2 (one block): *out = the sum of the partials.
+template <class T>
+__global__ void __launch_bounds__(kBlock) sum_finish(Index chunks, const T* psum, T* out) {
+  __shared__ T shared[kWarp];
+  T s = T(0);
+  for (Index c = threadIdx.x; c < chunks; c += blockDim.x) s += psum[c];
+  s = block_reduce(s, SumOp{}, T(0), shared);
+  if (threadIdx.x == 0) *out = s;
+}
+/// *out = the sum of `size` terms (size > 0): psum holds norm_chunks(size) values. Stream-ordered.
+template <class T, class Terms>
+void launch_sum(const Terms& x, Index size, T* psum, T* out, cudaStream_t stream) {
+  const Index chunks = norm_chunks(size);
+  sum_partials<T><<<unsigned(chunks), kBlock, 0, stream>>>(x, size, chunks, psum);
+  MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::sum_partials");
+  sum_finish<T><<<1, kBlock, 0, stream>>>(chunks, psum, out);
+  MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::sum_finish");
 }
 
 /// flag |= 1 when any element is NaN or infinite (the caller zeroes flag first).
