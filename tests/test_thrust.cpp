@@ -13,6 +13,7 @@
 #include <matopt/backend/thrust.hpp>
 #include <matopt/matopt.hpp>
 
+#include "device_compare.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -24,56 +25,29 @@ using matopt::test::rel_error;
 template <class T, int Order>
 using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>;
 
-/// Runs `steps` steps of the host optimizer and of its device twin on the same inputs and compares W after
-/// every step: relative to W (the issue's criterion) and relative to the update W - W0.
+/// `steps` steps of the host optimizer (storage order Order) and of its Thrust twin (the same storage order)
+/// on the same inputs, compared after every step (tests/device_compare.hpp).
 template <class Opt, int Order>
-void compare_with_host(Index m, Index n, int steps, typename Opt::Options options = {}) {
-  using T = typename Opt::Scalar;
+matopt::test::DeviceDifferences compare_with_host(Index m, Index n, int steps, typename Opt::Options options = {},
+                                                  const matopt::test::GradientFn& gradient = {}) {
   const Layout layout = Order == Eigen::RowMajor ? Layout::RowMajor : Layout::ColMajor;
-  CAPTURE(m);
-  CAPTURE(n);
-  CAPTURE(int(layout));
-  HostMat<T, Order> w = matopt::test::randn<HostMat<T, Order>>(m, n, 11);
-  const HostMat<T, Order> w0 = w;
-  Opt host(options);
-  auto hs = host.make_state(w);
-  matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev(options);
-  matopt::DeviceMatrix<T> dw(w);
-  CHECK(dw.layout() == layout);
-  auto ds = dev.make_state(dw);
-  for (int k = 0; k < steps; ++k) {
-    const HostMat<T, Order> g = matopt::test::randn<HostMat<T, Order>>(m, n, 100 + unsigned(k));
-    host.step(w, g, hs);
-    dev.step(dw, matopt::DeviceMatrix<T>(g), ds);
-    const Eigen::MatrixXd hw = w.template cast<double>(), dwh = matopt::to_host(dw).template cast<double>();
-    REQUIRE(dwh.allFinite());
-    const double tol_w = std::is_same_v<T, float> ? 1e-6 : 1e-13;
-    const double tol_update = std::is_same_v<T, float> ? 2e-4 : 1e-10;
-    CHECK(rel_error(dwh, hw) <= tol_w);
-    CHECK(rel_error(dwh - w0.template cast<double>(), hw - w0.template cast<double>()) <= tol_update);
-    CHECK(ds.steps == hs.steps);
-    // The same rule (inf for an m x 0 Muon shape); a trust ratio reads norms, summed in another order.
-    const double lr_dev = double(dev.effective_lr(ds)), lr_host = double(host.effective_lr(hs));
-    if (std::isinf(lr_host))
-      CHECK(lr_dev == lr_host);
-    else
-      CHECK(lr_dev == doctest::Approx(lr_host).epsilon(std::is_same_v<T, float> ? 1e-4 : 1e-12));
-  }
-  if constexpr (Opt::MomentumType::has_buffer) {
-    Eigen::Matrix<T, Eigen::Dynamic, 1> v(Index(ds.momentum.size()));
-    thrust::copy(ds.momentum.begin(), ds.momentum.end(), v.data());
-    CHECK(rel_error(v, hs.momentum) <= 1e-6);
-  }
+  return matopt::test::compare_device_with_host<Opt, Order>(
+      m, n, steps, options, {layout},
+      [](const typename Opt::Options& o) { return matopt::DeviceOptimizer<Opt, matopt::ThrustEngine>(o); },
+      [](auto&) {}, gradient);
 }
 
 template <class Opt>
-void compare_all_shapes(typename Opt::Options options = {}) {
+matopt::test::DeviceDifferences compare_all_shapes(typename Opt::Options options = {},
+                                                   const matopt::test::GradientFn& gradient = {}) {
   const std::vector<std::pair<Index, Index>> shapes = {{5, 7}, {7, 5}, {1, 6}, {6, 1}, {0, 4}, {4, 0},
                                                        {16, 16}, {9, 40}, {40, 9}, {24, 33}};
+  matopt::test::DeviceDifferences worst;
   for (const auto& [m, n] : shapes) {
-    compare_with_host<Opt, Eigen::RowMajor>(m, n, 3, options);
-    compare_with_host<Opt, Eigen::ColMajor>(m, n, 3, options);
+    worst.merge(compare_with_host<Opt, Eigen::RowMajor>(m, n, 3, options, gradient));
+    worst.merge(compare_with_host<Opt, Eigen::ColMajor>(m, n, 3, options, gradient));
   }
+  return worst;
 }
 
 }  // namespace
@@ -270,4 +244,146 @@ TEST_CASE_TEMPLATE("thrust backend: diagonal dominance of a device matrix equals
       CHECK(got.gershgorin_min == doctest::Approx(want.gershgorin_min).epsilon(tol).scale(1.0));
     }
   }
+}
+
+// ---- SpectralCap and Adaptive on device -----------------------------------------------------------------------
+
+namespace {
+
+/// G = sign W + 0.1 randn: the cap fires (c < 0) for sign = -1 (D grows sigma1), never for sign = +1.
+matopt::test::GradientFn along_w(double sign) {
+  return [sign](int k, const Eigen::MatrixXd& w) {
+    return Eigen::MatrixXd(sign * w + 0.1 * matopt::test::randn(w.rows(), w.cols(), 200 + unsigned(k)));
+  };
+}
+/// A random G at step 0, then a dominant rank-1 G (rows and columns all parallel: r_min < 1, Exact).
+Eigen::MatrixXd rank_one_after_first(int k, const Eigen::MatrixXd& w) {
+  const Eigen::MatrixXd noise = matopt::test::randn(w.rows(), w.cols(), 300 + unsigned(k));
+  if (k == 0) return noise;
+  const Eigen::MatrixXd a = matopt::test::randn(w.rows(), 1, 7), b = matopt::test::randn(1, w.cols(), 8);
+  return 10.0 * a * b + 0.1 * noise;
+}
+
+/// The host state after `steps` steps (to show what a case exercises: the cap fired, Adaptive switched).
+template <class Opt>
+typename Opt::State host_state(Index m, Index n, int steps, const typename Opt::Options& o,
+                               const matopt::test::GradientFn& gradient) {
+  using T = typename Opt::Scalar;
+  HostMat<T, Eigen::RowMajor> w = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(m, n, 11);
+  Opt host(o);
+  auto s = host.make_state(w);
+  for (int k = 0; k < steps; ++k)
+    host.step(w, HostMat<T, Eigen::RowMajor>(gradient(k, w.template cast<double>()).template cast<T>()), s);
+  return s;
+}
+
+template <class T>
+std::string type_name() {
+  return std::is_same_v<T, float> ? "float" : "double";
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("thrust backend: SpectralCap equals the host (Muon-like and RMNP-like, Static and TrustRatio)", T,
+                   float, double) {
+  using namespace matopt;
+  using CappedMuon = Optimizer<T, Orthogonalize<>, Momentum<Ema, Nesterov>, SpectralCap<Static<>>>;
+  using CappedRmnp = Optimizer<T, RowNormalize, Momentum<Sum, Nesterov>, SpectralCap<Static<shape::MuonOriginal>>>;
+  using CappedOrScale = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::PolarExpress>>, Momentum<Sum, Nesterov>,
+                                  SpectralCap<TrustRatio<trust::OrScale, shape::Unit>>>;
+  using CappedLars =
+      Optimizer<T, RowNormalize, Momentum<Ema, Plain>, SpectralCap<TrustRatio<trust::Lars, shape::Unit>>>;
+  test::DeviceDifferences worst;
+  SUBCASE("random gradients, every shape and storage order") {
+    worst.merge(compare_all_shapes<CappedMuon>());
+    worst.merge(compare_all_shapes<CappedRmnp>());
+    worst.merge(compare_all_shapes<CappedOrScale>());
+    typename CappedLars::Options o;
+    o.weight_decay = T(0.001);
+    o.scaling.power_iterations = 2;
+    o.scaling.initial_iterations = 5;
+    worst.merge(compare_all_shapes<CappedLars>(o));
+  }
+  SUBCASE("the cap fires (c < 0) on every step") {
+    CHECK(host_state<CappedMuon>(9, 40, 3, {}, along_w(-1)).scaling.capped == 3);
+    CHECK(host_state<CappedRmnp>(40, 9, 3, {}, along_w(-1)).scaling.capped == 3);
+    CHECK(host_state<CappedOrScale>(24, 33, 3, {}, along_w(-1)).scaling.capped == 3);
+    worst.merge(compare_all_shapes<CappedMuon>({}, along_w(-1)));
+    worst.merge(compare_all_shapes<CappedRmnp>({}, along_w(-1)));
+    worst.merge(compare_all_shapes<CappedOrScale>({}, along_w(-1)));
+  }
+  SUBCASE("the cap does not fire: c > 0, or sigma1 below the threshold") {
+    CHECK(host_state<CappedMuon>(9, 40, 3, {}, along_w(+1)).scaling.capped == 0);
+    CHECK(host_state<CappedRmnp>(40, 9, 3, {}, along_w(+1)).scaling.capped == 0);
+    worst.merge(compare_all_shapes<CappedMuon>({}, along_w(+1)));
+    worst.merge(compare_all_shapes<CappedRmnp>({}, along_w(+1)));
+    typename CappedOrScale::Options o;
+    o.scaling.threshold = 1e9;
+    const auto s = host_state<CappedOrScale>(24, 33, 3, o, along_w(-1));
+    CHECK(s.scaling.capped == 0);
+    CHECK(s.scaling.projection == T(0));
+    CHECK(s.scaling.sigma > T(0));
+    worst.merge(compare_all_shapes<CappedOrScale>(o, along_w(-1)));
+  }
+  MESSAGE("SpectralCap (", type_name<T>(), "): max relative W difference ", worst.w,
+          ", max state-field difference ", worst.state);
+}
+
+TEST_CASE_TEMPLATE("thrust backend: Adaptive equals the host (RowNormalize or ColNormalize against Orthogonalize)", T,
+                   float, double) {
+  using namespace matopt;
+  using RowAdaptive = Optimizer<T, Adaptive<RowNormalize, Orthogonalize<>>, Momentum<Sum, Nesterov>,
+                                Static<shape::MuonOriginal>>;
+  using ColAdaptive = Optimizer<T, Adaptive<ColNormalize, Orthogonalize<NewtonSchulz<schedules::PolarExpress>>>,
+                                Momentum<Ema, Nesterov>, Static<shape::TransposedMuonOriginal>>;
+  using CappedAdaptive = Optimizer<T, Adaptive<RowNormalize, Orthogonalize<>>, Momentum<Ema, Nesterov>,
+                                   SpectralCap<TrustRatio<trust::OrScale, shape::Unit>>>;
+  test::DeviceDifferences worst;
+  for (const int every : {1, 2}) {
+    CAPTURE(every);
+    typename RowAdaptive::Options ro;
+    ro.precondition.every = every;
+    typename ColAdaptive::Options co;
+    co.precondition.every = every;
+    worst.merge(compare_all_shapes<RowAdaptive>(ro));
+    worst.merge(compare_all_shapes<ColAdaptive>(co));
+    // A switch from Cheap to Exact: at step 2 (every = 1) or at the check of step 3 (every = 2).
+    const auto switched = [](const auto& s) {
+      CHECK(s.switches == 1);
+      CHECK(s.exact);
+      CHECK(s.calls == 3);
+    };
+    switched(host_state<RowAdaptive>(8, 32, 3, ro, rank_one_after_first).precondition);
+    switched(host_state<ColAdaptive>(32, 8, 3, co, rank_one_after_first).precondition);
+    worst.merge(compare_all_shapes<RowAdaptive>(ro, rank_one_after_first));
+    worst.merge(compare_all_shapes<ColAdaptive>(co, rank_one_after_first));
+    typename CappedAdaptive::Options o;
+    o.precondition.every = every;
+    worst.merge(compare_all_shapes<CappedAdaptive>(o, rank_one_after_first));
+  }
+  MESSAGE("Adaptive (", type_name<T>(), "): max relative W difference ", worst.w, ", max state-field difference ",
+          worst.state);
+}
+
+TEST_CASE("thrust backend: SpectralCap and Adaptive keep the host's State types, make_state sizes the workspace") {
+  using namespace matopt;
+  using Opt = Optimizer<float, Adaptive<RowNormalize, Orthogonalize<>>, Momentum<Ema, Nesterov>, SpectralCap<Static<>>>;
+  using Dev = DeviceOptimizer<Opt, ThrustEngine>;
+  static_assert(std::is_same_v<decltype(Dev::State::scaling), decltype(Opt::State::scaling)>);
+  static_assert(std::is_same_v<decltype(Dev::State::precondition), decltype(Opt::State::precondition)>);
+  const Index m = 12, n = 20;
+  Dev dev;
+  DeviceMatrix<float> w(test::randn<HostMat<float, Eigen::RowMajor>>(m, n, 1));
+  const DeviceMatrix<float> g(test::randn<HostMat<float, Eigen::RowMajor>>(m, n, 2));
+  auto s = dev.make_state(w);
+  CHECK(s.scaling.u.size() == m);
+  CHECK(s.scaling.v.size() == n);
+  CHECK_FALSE(s.scaling.warm);
+  const std::size_t bytes = dev.workspace_bytes();
+  // NS (2rs + 2r^2), U for the check and RowNormalize (mn), row scales (m), the Gram (m^2), u and v (m + n)
+  CHECK(bytes == (2 * m * n + 2 * m * m + m * n + m + m * m + m + n) * sizeof(float));
+  for (int k = 0; k < 3; ++k) dev.step(w, g, s);
+  CHECK(dev.workspace_bytes() == bytes);
+  CHECK(s.scaling.warm);
+  CHECK(s.precondition.calls == 3);
 }

@@ -3,7 +3,9 @@
 //
 // - every preset (Muon, MoonlightMuon, RMNP, ColNorm, OrScale) and the compositions of test_thrust.cpp with
 //   cuda::Engine against the host preset, both storage orders, float and double, odd shapes (1 x n, n x 1,
-//   empty, and shapes that take each row-kernel path: warp, block and long rows, two-pass along and across);
+//   empty, and shapes that take each row-kernel path: warp, block and long rows, two-pass along and across),
+//   through tests/device_compare.hpp (W, the update, the policies' states, the momentum);
+// - SpectralCap (the cap firing and not) and Adaptive (every = 1, 2; a switch to Exact) against the host;
 // - Newton–Schulz in FP32, TF32 and BF16 against the host NS in double, per-precision tolerances;
 // - orthogonalize_batched against a loop of single orthogonalize calls;
 // - engine scratch poisoned (NaN) before every run, and outputs poisoned before they are written;
@@ -31,6 +33,7 @@
 #include <matopt/backend/cuda.cuh>
 #include <matopt/matopt.hpp>
 
+#include "device_compare.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -79,66 +82,19 @@ Eigen::MatrixXd from_device(const thrust::device_vector<T>& v, Index b, Index m,
 
 // ---- Optimizers against the host --------------------------------------------------------------------------
 
-/// The effective learning rates agree: equal when not finite (an m x 0 Muon shape), else to 1e-5 (a trust
-/// ratio is a quotient of norms whose sums run in another order on the device).
-void same_lr(double device, double host) {
-  if (std::isfinite(host))
-    CHECK(device == doctest::Approx(host).epsilon(1e-5));
-  else
-    CHECK(device == host);
-}
-
-/// `steps` steps of the host optimizer and of cuda::Optimizer on the same inputs; W compared after every
-/// step relative to W and relative to the update W - W0 (the Thrust suite's criteria), the engine's scratch
-/// poisoned before every step. The host reference runs once, on row-major Eigen matrices (the host's numbers
-/// do not depend on the storage order, spec §0, and one host instantiation per optimizer keeps this file's
-/// compile time down); the device runs on both storage orders.
+/// `steps` steps of the host optimizer and of cuda::Optimizer on the same inputs, compared after every step
+/// (tests/device_compare.hpp: W, the update, the effective learning rate, the policies' states, the momentum),
+/// the engine's scratch poisoned before every step. The host reference runs once, on row-major Eigen matrices
+/// (the host's numbers do not depend on the storage order, spec §0, and one host instantiation per optimizer
+/// keeps this file's compile time down); the device runs on both storage orders.
 template <class Opt>
-void compare_with_host(Index m, Index n, int steps, typename Opt::Options options = {},
-                       mc::Precision precision = mc::Precision::FP32) {
-  using T = typename Opt::Scalar;
-  using Host = HostMat<T, Eigen::RowMajor>;
-  CAPTURE(m);
-  CAPTURE(n);
-  const Host w0 = matopt::test::randn<Host>(m, n, 11);
-  Host w = w0;
-  Opt host(options);
-  auto hs = host.make_state(w);
-  std::vector<Eigen::MatrixXd> g, w_after;
-  std::vector<double> lr_after;
-  for (int k = 0; k < steps; ++k) {
-    g.push_back(matopt::test::randn(m, n, 100 + unsigned(k)).template cast<T>().template cast<double>());
-    host.step(w, Host(g.back().template cast<T>()), hs);
-    w_after.push_back(w.template cast<double>());
-    lr_after.push_back(double(host.effective_lr(hs)));
-  }
-  const Eigen::MatrixXd w0d = w0.template cast<double>();
-  const double tol_w = std::is_same_v<T, float> ? 1e-6 : 1e-13;
-  const double tol_update = std::is_same_v<T, float> ? 2e-4 : 1e-10;
-  for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
-    CAPTURE(int(layout));
-    mc::Optimizer<Opt> dev(options, mc::Engine(precision));
-    thrust::device_vector<T> dw = to_device<T>(w0d, 1, layout);
-    const matopt::DeviceMatrixView<T> wv{raw(dw), m, n, layout};
-    auto ds = dev.make_state(wv);
-    for (int k = 0; k < steps; ++k) {
-      CAPTURE(k);
-      thrust::device_vector<T> dg = to_device<T>(g[std::size_t(k)], 1, layout);
-      dev.engine().poison_scratch();
-      dev.step(wv, matopt::DeviceMatrixView<const T>{raw(dg), m, n, layout}, ds);
-      const Eigen::MatrixXd got = from_device(dw, 0, m, n, layout);
-      REQUIRE(got.allFinite());
-      CHECK(rel_error(got, w_after[std::size_t(k)]) <= tol_w);
-      CHECK(rel_error(got - w0d, w_after[std::size_t(k)] - w0d) <= tol_update);
-      CHECK(ds.steps == k + 1);
-      same_lr(double(dev.effective_lr(ds)), lr_after[std::size_t(k)]);
-    }
-    if constexpr (Opt::MomentumType::has_buffer) {
-      const Eigen::MatrixXd host_v =
-          Eigen::Map<const Host>(hs.momentum.data(), m, n).template cast<double>();  // host W is row-major
-      CHECK(rel_error(from_device(ds.momentum, 0, m, n, layout), host_v) <= 1e-6);
-    }
-  }
+matopt::test::DeviceDifferences compare_with_host(Index m, Index n, int steps, typename Opt::Options options = {},
+                                                  mc::Precision precision = mc::Precision::FP32,
+                                                  const matopt::test::GradientFn& gradient = {}) {
+  return matopt::test::compare_device_with_host<Opt, Eigen::RowMajor>(
+      m, n, steps, options, {Layout::RowMajor, Layout::ColMajor},
+      [precision](const typename Opt::Options& o) { return mc::Optimizer<Opt>(o, mc::Engine(precision)); },
+      [](mc::Optimizer<Opt>& dev) { dev.engine().poison_scratch(); }, gradient);
 }
 
 /// The Thrust suite's odd shapes, plus shapes that take each row-kernel path of the engine: rows of <= 256
@@ -152,8 +108,13 @@ const std::vector<std::pair<Index, Index>>& shapes() {
 }
 
 template <class Opt>
-void compare_all_shapes(typename Opt::Options options = {}) {
-  for (const auto& shape : shapes()) compare_with_host<Opt>(shape.first, shape.second, 3, options);
+matopt::test::DeviceDifferences compare_all_shapes(typename Opt::Options options = {},
+                                                   const matopt::test::GradientFn& gradient = {},
+                                                   mc::Precision precision = mc::Precision::FP32) {
+  matopt::test::DeviceDifferences worst;
+  for (const auto& shape : shapes())
+    worst.merge(compare_with_host<Opt>(shape.first, shape.second, 3, options, precision, gradient));
+  return worst;
 }
 
 }  // namespace
@@ -230,6 +191,143 @@ TEST_CASE("cuda backend: Muon with TF32 and BF16 products stays close to the hos
       CHECK(rel_error(got - w0.cast<double>(), (w - w0).cast<double>()) <= tol);
     }
   }
+}
+
+// ---- SpectralCap and Adaptive ----------------------------------------------------------------------------------
+
+namespace {
+
+/// G = sign W + 0.1 randn: the cap fires (c < 0) for sign = -1, never for sign = +1.
+matopt::test::GradientFn along_w(double sign) {
+  return [sign](int k, const Eigen::MatrixXd& w) {
+    return Eigen::MatrixXd(sign * w + 0.1 * matopt::test::randn(w.rows(), w.cols(), 200 + unsigned(k)));
+  };
+}
+/// A random G at step 0, then a dominant rank-1 G (r_min < 1: Adaptive switches to Exact).
+Eigen::MatrixXd rank_one_after_first(int k, const Eigen::MatrixXd& w) {
+  const Eigen::MatrixXd noise = matopt::test::randn(w.rows(), w.cols(), 300 + unsigned(k));
+  if (k == 0) return noise;
+  const Eigen::MatrixXd a = matopt::test::randn(w.rows(), 1, 7), b = matopt::test::randn(1, w.cols(), 8);
+  return 10.0 * a * b + 0.1 * noise;
+}
+
+/// Adaptive's shapes: the Thrust suite's, and larger ones whose Gram (k x k, copied to the host) stays moderate.
+template <class Opt>
+matopt::test::DeviceDifferences compare_adaptive_shapes(typename Opt::Options options,
+                                                        const matopt::test::GradientFn& gradient = {}) {
+  matopt::test::DeviceDifferences worst;
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{5, 7}, {7, 5}, {1, 6}, {6, 1}, {0, 4}, {4, 0},
+                                                                {16, 16}, {9, 40}, {40, 9}, {24, 33}, {300, 300},
+                                                                {64, 1000}, {1000, 64}})
+    worst.merge(compare_with_host<Opt>(shape.first, shape.second, 3, options, mc::Precision::FP32, gradient));
+  return worst;
+}
+
+}  // namespace
+
+// float (the shapes of every kernel path) and one double composition, as the compositions above.
+TEST_CASE("cuda backend: SpectralCap equals the host (Muon-like and RMNP-like, Static and TrustRatio)") {
+  using namespace matopt;
+  using T = float;
+  using CappedMuon = Optimizer<T, Orthogonalize<>, Momentum<Ema, Nesterov>, SpectralCap<Static<>>>;
+  using CappedRmnp = Optimizer<T, RowNormalize, Momentum<Sum, Nesterov>, SpectralCap<Static<shape::MuonOriginal>>>;
+  using CappedOrScale = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::PolarExpress>>, Momentum<Sum, Nesterov>,
+                                  SpectralCap<TrustRatio<trust::OrScale, shape::Unit>>>;
+  test::DeviceDifferences worst;
+  SUBCASE("random gradients") {
+    worst.merge(compare_all_shapes<CappedMuon>());
+    worst.merge(compare_all_shapes<CappedRmnp>());
+    worst.merge(compare_all_shapes<CappedOrScale>());
+  }
+  SUBCASE("the cap fires (c < 0)") {
+    worst.merge(compare_all_shapes<CappedMuon>({}, along_w(-1)));
+    worst.merge(compare_all_shapes<CappedRmnp>({}, along_w(-1)));
+  }
+  SUBCASE("the cap does not fire: c > 0, or sigma1 below the threshold") {
+    worst.merge(compare_all_shapes<CappedMuon>({}, along_w(+1)));
+    typename CappedOrScale::Options o;
+    o.scaling.threshold = 1e9;
+    worst.merge(compare_all_shapes<CappedOrScale>(o, along_w(-1)));
+  }
+  SUBCASE("TF32 products: the power iteration stays in fp32") {
+    // W - W0 carries the NS error (TF32), W the fp32 power iteration's; compared as the TF32 Muon test does.
+    for (const Index m : {Index(64), Index(96)}) {
+      const Index n = 160 - m;
+      const HostMat<T, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(m, n, 5);
+      const HostMat<T, Eigen::RowMajor> g = -w0;
+      HostMat<T, Eigen::RowMajor> w = w0;
+      CappedMuon host;
+      auto hs = host.make_state(w);
+      host.step(w, g, hs);
+      mc::Optimizer<CappedMuon> dev({}, mc::Engine(mc::Precision::TF32));
+      matopt::DeviceMatrix<T> dw(w0);
+      auto ds = dev.make_state(dw);
+      dev.engine().poison_scratch();
+      dev.step(dw, matopt::DeviceMatrix<T>(g), ds);
+      CHECK(ds.scaling.capped == hs.scaling.capped);
+      CHECK(double(ds.scaling.sigma) == doctest::Approx(double(hs.scaling.sigma)).epsilon(1e-5));
+      CHECK(rel_error(matopt::to_host(dw).cast<double>() - w0.cast<double>(), (w - w0).cast<double>()) <= 1.5e-2);
+    }
+  }
+  SUBCASE("double") {
+    using Opt = Optimizer<double, Orthogonalize<>, Momentum<Ema, Nesterov>, SpectralCap<TrustRatio<trust::Lars,
+                                                                                                    shape::Unit>>>;
+    worst.merge(compare_all_shapes<Opt>({}, along_w(-1)));
+  }
+  MESSAGE("SpectralCap: max relative W difference ", worst.w, ", max state-field difference ", worst.state);
+}
+
+TEST_CASE("cuda backend: Adaptive equals the host (RowNormalize or ColNormalize against Orthogonalize)") {
+  using namespace matopt;
+  using T = float;
+  using RowAdaptive = Optimizer<T, Adaptive<RowNormalize, Orthogonalize<>>, Momentum<Sum, Nesterov>,
+                                Static<shape::MuonOriginal>>;
+  using ColAdaptive = Optimizer<T, Adaptive<ColNormalize, Orthogonalize<NewtonSchulz<schedules::PolarExpress>>>,
+                                Momentum<Ema, Nesterov>, Static<shape::TransposedMuonOriginal>>;
+  test::DeviceDifferences worst;
+  for (const int every : {1, 2}) {
+    CAPTURE(every);
+    typename RowAdaptive::Options ro;
+    ro.precondition.every = every;
+    typename ColAdaptive::Options co;
+    co.precondition.every = every;
+    worst.merge(compare_adaptive_shapes<RowAdaptive>(ro));
+    worst.merge(compare_adaptive_shapes<ColAdaptive>(co));
+    worst.merge(compare_adaptive_shapes<RowAdaptive>(ro, rank_one_after_first));  // switches to Exact
+    worst.merge(compare_adaptive_shapes<ColAdaptive>(co, rank_one_after_first));
+  }
+  using DoubleAdaptive = Optimizer<double, Adaptive<RowNormalize, Orthogonalize<>>, Momentum<Ema, Nesterov>,
+                                   SpectralCap<Static<>>>;
+  typename DoubleAdaptive::Options o;
+  o.precondition.every = 2;
+  worst.merge(compare_adaptive_shapes<DoubleAdaptive>(o, rank_one_after_first));
+  MESSAGE("Adaptive: max relative W difference ", worst.w, ", max state-field difference ", worst.state);
+}
+
+TEST_CASE("cuda backend: SpectralCap and Adaptive steps allocate no device memory") {
+  using Opt = matopt::Optimizer<float, matopt::Adaptive<matopt::RowNormalize, matopt::Orthogonalize<>>,
+                                matopt::Momentum<matopt::Ema, matopt::Nesterov>, matopt::SpectralCap<matopt::Static<>>>;
+  const Index m = 384, n = 640;
+  Opt::Options o;
+  o.precondition.every = 1;
+  mc::Optimizer<Opt> dev(o);
+  matopt::DeviceMatrix<float> w1(matopt::test::randn<HostMat<float, Eigen::RowMajor>>(m, n, 1)), w2 = w1;
+  const matopt::DeviceMatrix<float> g(matopt::test::randn<HostMat<float, Eigen::RowMajor>>(m, n, 2));
+  auto s1 = dev.make_state(w1);
+  dev.step(w1, g, s1);  // loads the kernels
+  auto s2 = dev.make_state(w2);
+  const std::size_t scratch = dev.engine().scratch_bytes(), workspace = dev.workspace_bytes();
+  MATOPT_CUDA_CHECK(cudaDeviceSynchronize());
+  std::size_t free0 = 0, free1 = 0, total = 0;
+  MATOPT_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  for (int k = 0; k < 3; ++k) dev.step(w2, g, s2);
+  MATOPT_CUDA_CHECK(cudaDeviceSynchronize());
+  MATOPT_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+  CHECK(free1 == free0);
+  CHECK(dev.engine().scratch_bytes() == scratch);
+  CHECK(dev.workspace_bytes() == workspace);
+  CHECK(s2.precondition.calls == 3);
+  CHECK(s2.scaling.warm);
 }
 
 // ---- Newton–Schulz ------------------------------------------------------------------------------------------
