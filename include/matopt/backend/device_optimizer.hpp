@@ -165,7 +165,7 @@ struct DevicePreconditioner<Orthogonalize<NewtonSchulz<Schedule, V>>> {
   template <class T, class Engine, class FormU>
   static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout,
                           FormU&& form_u) {
-    const bool tall = m > n;  // as Orthogonalize: X = U (m <= n) or U^T, column-major r x s
+    const bool tall = m > n;  // X = U (m <= n) or U^T, formed column-major r x s
     const Index r = tall ? n : m, s = tall ? m : n;
     Strided<T> x = col_major(raw(ws.x), r, s), y = col_major(raw(ws.y), r, s);
     form_u(tall ? x.t() : x);

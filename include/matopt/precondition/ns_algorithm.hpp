@@ -1,7 +1,7 @@
 #pragma once
 // The Newton–Schulz iteration as one algorithm for every backend (spec §2.1; cost model in
-// newton_schulz.hpp). A backend supplies an engine with the dense operations on its column-major
-// matrix handles; the Eigen path (NewtonSchulz::run, engine detail::HostEngine), the Thrust backend and
+// newton_schulz.hpp). A backend supplies an engine with the dense operations on its matrix handles
+// (column-major on device; either storage order, one per run, on the host); the Eigen path (NewtonSchulz::run, engine detail::HostEngine), the Thrust backend and
 // the CUDA backend (cuBLAS, also strided-batched) all run this code.
 //
 // Engine interface, for handles M of scalar type T = Engine::scalar_t<M>:
@@ -19,7 +19,7 @@
 namespace matopt::detail {
 
 /// The Newton–Schulz algorithm, written once for every backend: `Engine` supplies the dense operations
-/// on its column-major matrix handles `M` (HostEngine below for Eigen; backend/thrust.hpp and
+/// on its matrix handles `M` (HostEngine, core/engine.hpp, for Eigen maps of either order; backend/thrust.hpp and
 /// backend/cuda for device memory). x holds the r x s input (r <= s); y the same shape; a, b r x r;
 /// q, t r x r for the Gram variant. Returns the handle holding the result.
 template <class M>
