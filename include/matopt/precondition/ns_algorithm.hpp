@@ -1,8 +1,9 @@
 #pragma once
 // The Newton–Schulz iteration as one algorithm for every backend (spec §2.1; cost model in
 // newton_schulz.hpp). A backend supplies an engine with the dense operations on its matrix handles
-// (column-major on device; either storage order, one per run, on the host); the Eigen path (NewtonSchulz::run, engine detail::HostEngine), the Thrust backend and
-// the CUDA backend (cuBLAS, also strided-batched) all run this code.
+// (column-major on device; either storage order, one per run, on the host); the Eigen path
+// (NewtonSchulz::run, engine detail::HostEngine), the Thrust backend and the CUDA backend (cuBLAS, also
+// strided-batched) all run this code.
 //
 // Engine interface, for handles M of scalar type T = Engine::scalar_t<M>:
 //   norm(x) -> T (Frobenius, no overflow)   scale(x, s)            empty(x) -> bool
