@@ -9,7 +9,7 @@
 // another order); and
 // every field of the policies' states (the device state holds the host's State types: SpectralCap's u, v,
 // sigma, projection, capped, warm; Adaptive's choice, r_min, calls, switches; TrustRatio's ratio): integers
-// and flags equal, floating-point values to 1e-5 (1e-11 in double) of max(1, |host|). At the end the momentum
+// and flags equal, floating-point values to 1e-4 (1e-11 in double) of max(1, |host|). At the end the momentum
 // buffers agree to 1e-6.
 
 #include <algorithm>
@@ -145,7 +145,10 @@ DeviceDifferences compare_device_with_host(Index m, Index n, int steps, const ty
   const Eigen::MatrixXd w0d = w0.template cast<double>();
   constexpr bool is_float = std::is_same_v<T, float>;
   const double tol_w = is_float ? 1e-6 : 1e-13, tol_update = is_float ? 2e-4 : 1e-10;
-  const double tol_lr = is_float ? 1e-4 : 1e-12, tol_state = is_float ? 1e-5 : 1e-11;
+  // State values read from D (the cap's projection u^T D v, the trust ratio) carry the tolerance of the
+  // effective lr: Jordan NS5 amplifies float rounding ~200x on rank-1 inputs (1 x n), and a host on OpenBLAS
+  // at -O0 differed from the device by 2.0e-5 there.
+  const double tol_lr = is_float ? 1e-4 : 1e-12, tol_state = is_float ? 1e-4 : 1e-11;
   DeviceDifferences worst;
   for (const Layout layout : layouts) {
     CAPTURE(int(layout));
