@@ -1,7 +1,9 @@
 // The Thrust backend against the Eigen backend (issue: GPU backends). Built with g++ and Thrust's CPP or
 // OMP device system in CI (the whole suite on the CPU), and as CUDA source (label gpu) when
 // MATOPT_THRUST_DEVICE_SYSTEM=CUDA. Every preset, both storage orders, float and double, odd shapes;
-// non-finite policies and bad input leave W and state unchanged.
+// non-finite policies and bad input leave W and state unchanged. The cases shared with the CUDA suite
+// (ExactPolar, checkpoints between host and device, spectral diagnostics) run on Thrust from
+// tests/test_thrust_cases.cpp.
 
 #include <cmath>
 #include <limits>

@@ -6,6 +6,8 @@
 //   empty, and shapes that take each row-kernel path: warp, block and long rows, two-pass along and across),
 //   through tests/device_compare.hpp (W, the update, the policies' states, the momentum);
 // - SpectralCap (the cap firing and not) and Adaptive (every = 1, 2; a switch to Exact) against the host;
+// - the cases shared with test_thrust.cpp (tests/device_cases.hpp): ExactPolar, checkpoints moved between host
+//   and device, spectral diagnostics of device matrices;
 // - Newton–Schulz in FP32, TF32 and BF16 against the host NS in double, per-precision tolerances;
 // - orthogonalize_batched against a loop of single orthogonalize calls;
 // - engine scratch poisoned (NaN) before every run, and outputs poisoned before they are written;
@@ -118,6 +120,25 @@ matopt::test::DeviceDifferences compare_all_shapes(typename Opt::Options options
 }
 
 }  // namespace
+
+namespace matopt::test {
+/// The backend of the shared device cases (tests/device_cases.hpp): FP32 products, scratch poisoned before
+/// every step.
+struct Backend {
+  using Engine = cuda::Engine;
+  template <class Opt>
+  static cuda::Optimizer<Opt> optimizer(const typename Opt::Options& o) {
+    return cuda::Optimizer<Opt>(o, cuda::Engine(cuda::Precision::FP32));
+  }
+  template <class Dev>
+  static void before_step(Dev& dev) {
+    dev.engine().poison_scratch();
+  }
+};
+}  // namespace matopt::test
+
+#define MATOPT_BACKEND "cuda backend"
+#include "device_cases.hpp"
 
 TEST_CASE_TEMPLATE("cuda backend: every preset equals the Eigen backend", T, float, double) {
   SUBCASE("Muon") { compare_all_shapes<matopt::Muon<T>>(); }

@@ -17,7 +17,7 @@
 //
 // Pieces: cuda/errors.cuh (Error, MATOPT_CUDA_CHECK), cuda/engine.cuh (Engine, Precision), cuda/batched.cuh
 // (Batched, BatchScalar), cuda/orthogonalize.cuh (orthogonalize, orthogonalize_batched), cuda/optimizer.cuh
-// (Optimizer), cuda/kernels.cuh (the kernels).
+// (Optimizer), cuda/kernels.cuh (the kernels); diagnostics of device matrices: device_diagnostics.hpp.
 
 #include "matopt/backend/cuda/batched.cuh"
 #include "matopt/backend/cuda/buffer.cuh"
@@ -26,5 +26,6 @@
 #include "matopt/backend/cuda/kernels.cuh"
 #include "matopt/backend/cuda/optimizer.cuh"
 #include "matopt/backend/cuda/orthogonalize.cuh"
+#include "matopt/backend/device_diagnostics.hpp"
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/backend/device_optimizer.hpp"

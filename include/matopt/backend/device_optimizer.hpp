@@ -8,9 +8,11 @@
 // the host optimizer's; bad input throws std::invalid_argument before anything is written, as on the host.
 //
 // Policies on device: momentum Ema / Sum / NoMomentum; Orthogonalize<NewtonSchulz<...>> (plain and Gram),
-// RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact> (of those); Static and TrustRatio
-// scaling, and SpectralCap<Inner> around either. ExactPolar (an SVD) is host-only for now (a static_assert
-// says so).
+// Orthogonalize<ExactPolar>, RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact> (of those);
+// Static and TrustRatio scaling, and SpectralCap<Inner> around either. Any other policy is a compile-time
+// error (a static_assert names the device policies).
+//   ExactPolar: the reference SVD runs on the host (the host policy itself, on a host copy of U: m n elements
+//     each way per step); neither device engine has an SVD.
 //   SpectralCap: the power iteration (SpectralCap::start / power_iteration), the cap rule (measures, caps)
 //     and the State are the host's; W v, W^T u, norms, u^T D v and D - c u v^T run on the engine. u and v
 //     live in the host State (so it stays the host's type and checkpoints mean the same): each step uploads
@@ -22,11 +24,14 @@
 // allocates nothing on the device (Thrust's reductions may use a temporary buffer; the CUDA engine's do not).
 // The policies' states (SpectralCap's, Adaptive's, TrustRatio's) are their host State types, in host memory.
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 
+#include <thrust/copy.h>
 #include <thrust/device_vector.h>
 #include <thrust/fill.h>
 
@@ -38,6 +43,7 @@
 #include "matopt/precondition/adaptive.hpp"
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/elementwise.hpp"
+#include "matopt/precondition/exact_polar.hpp"
 #include "matopt/precondition/fused_normalize.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/ns_algorithm.hpp"
@@ -97,6 +103,8 @@ struct DeviceWorkspace {
   thrust::device_vector<T> gram;     ///< Adaptive: the k x k Gram of U
   thrust::device_vector<T> vectors;  ///< SpectralCap: u (m elements), then v (n)
   DiagonalDominanceWorkspace<T> dominance;  ///< Adaptive: host memory for the Gram's statistics (not in bytes())
+  Buffer<T> host_u;                          ///< ExactPolar: U in host memory (not in bytes())
+  ExactPolar::Workspace<T> polar;            ///< ExactPolar: the host SVD's buffers (not in bytes())
   /// Device bytes.
   std::size_t bytes() const {
     return (u.size() + x.size() + y.size() + a.size() + b.size() + q.size() + t.size() + scale.size() +
@@ -142,8 +150,8 @@ template <class P>
 struct DevicePreconditioner {
   static_assert(host_only_policy_v<P>,
                 "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
-                "Orthogonalize<NewtonSchulz<...>>, RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, "
-                "Exact> of those)");
+                "Orthogonalize<NewtonSchulz<...>>, Orthogonalize<ExactPolar>, RowNormalize, ColNormalize, "
+                "Identity, Sign, Adaptive<Cheap, Exact> of those)");
 };
 
 template <class Schedule, NsVariant V>
@@ -237,6 +245,34 @@ struct DevicePreconditioner<Sign> {
                           FormU&& form_u) {
     const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
     e.sign(u);
+    return u;
+  }
+};
+
+/// Orthogonalize<ExactPolar>: the host's own SVD on a host copy of U. U is formed on the device in W's order,
+/// downloaded (m n elements), orthogonalized by the host Orthogonalize<ExactPolar> (BDCSVD; it allocates, as on
+/// the host) and D uploaded over U. A reference policy: the SVD, O(mn min(m, n)) on the host, dominates the
+/// two copies.
+template <>
+struct DevicePreconditioner<Orthogonalize<ExactPolar>> {
+  using P = Orthogonalize<ExactPolar>;
+  using Options = P::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    grow(ws.u, m * n);
+    ws.host_u.reserve(m * n);
+    P::reserve(ws.polar, o, m, n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
+                          FormU&& form_u) {
+    const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
+    e.download(static_cast<const T*>(u.data), m * n, ws.host_u.data());
+    const auto upload = [&](const auto& d) { e.upload(d.data(), m * n, u.data); };  // D in U's order
+    if (layout == Layout::RowMajor)
+      P::apply<T>(ws.host_u.template matrix<Eigen::RowMajor>(m, n), o, ws.polar, upload);
+    else
+      P::apply<T>(ws.host_u.template matrix<Eigen::ColMajor>(m, n), o, ws.polar, upload);
     return u;
   }
 };
@@ -361,6 +397,19 @@ struct DeviceScaling<SpectralCap<Inner>> {
 
 }  // namespace detail
 
+/// One parameter's report from a device step: StepReport's fields, with U in device memory.
+template <class T>
+struct DeviceStepReport {
+  const T* param = nullptr;  ///< W's device data: identifies the parameter
+  Index rows = 0, cols = 0;
+  std::int64_t step = 0;  ///< the parameter's step count, this step included
+  /// U = u_g G + u_v V in W's layout, in device memory: what diagonal_dominance(engine, view) and
+  /// singular_value_quantiles(engine, view) (device_diagnostics.hpp) examine. Valid during the callback only.
+  DeviceMatrixView<const T> direction{};
+  double update_rms = 0;    ///< ||W_after - W_before||_F / sqrt(mn)
+  double effective_lr = 0;  ///< as effective_lr(state) after this step
+};
+
 template <class HostOptimizer, class Engine>
 class DeviceOptimizer {
  public:
@@ -387,6 +436,38 @@ class DeviceOptimizer {
     typename ScalingType::template State<T> scaling{};
     /// Device bytes (the momentum buffer).
     std::size_t bytes() const { return momentum.size() * sizeof(T); }
+
+    /// Checkpoints (serialization/checkpoint.hpp): the host State's fields, in its order and format, with the
+    /// momentum copied through host memory. So a file saved from the device loads into the host optimizer for
+    /// a W of the same shape and layout, and the other way round.
+    template <class Writer>
+    void write(Writer& w) const {
+      HostVector m(Index(momentum.size()));
+      thrust::copy(momentum.begin(), momentum.end(), m.data());
+      const_cast<State&>(*this).fields([&](const char* name, auto& v) { w.field(name, v); }, m);
+    }
+    /// Restores in place (the checkpoint loader reads into a copy, so a failure leaves the live state alone).
+    template <class Reader>
+    void read(Reader& r) {
+      HostVector m(Index(momentum.size()));
+      fields([&](const char* name, auto& v) { r.field(name, v); }, m);
+      thrust::copy(m.data(), m.data() + m.size(), momentum.begin());
+    }
+
+   private:
+    using HostVector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+    template <class F>
+    void fields(F&& f, HostVector& m) {  // Optimizer::State::fields, with m for the momentum
+      f("rows", rows);
+      f("cols", cols);
+      f("layout", layout);
+      f("steps", steps);
+      f("skipped", skipped);
+      f("zeroed", zeroed);
+      f("momentum", m);
+      f("precondition", precondition);
+      f("scaling", scaling);
+    }
   };
 
   DeviceOptimizer() : DeviceOptimizer(Options{}) {}
@@ -396,6 +477,8 @@ class DeviceOptimizer {
   }
 
   static constexpr const char* name() { return Host::name(); }
+  /// The host optimizer's identity: checkpoints move between the host and device optimizers.
+  static std::string identity() { return Host::identity(); }
   Options& options() { return options_; }
   const Options& options() const { return options_; }
   Engine& engine() { return engine_; }
@@ -453,8 +536,12 @@ class DeviceOptimizer {
                        ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
       }
     }
-    apply(detail::strided(w), gs, state);
-    ++state.steps;
+    if (telemetry_.due(state.steps + 1)) {
+      report(w, gs, state);
+    } else {
+      apply(detail::strided(w), gs, state);
+      ++state.steps;
+    }
   }
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) { step(w.view(), g.view(), state); }
 
@@ -462,8 +549,14 @@ class DeviceOptimizer {
   T effective_lr(const State& s) const {
     return ScalingType::effective_lr(options_.scaling, s.scaling, options_.lr, s.rows, s.cols);
   }
-  /// Device bytes of the shared workspace.
-  std::size_t workspace_bytes() const { return ws_.bytes(); }
+  /// Device bytes of the shared workspace (and of the telemetry copies, once a report has needed them).
+  std::size_t workspace_bytes() const { return ws_.bytes() + (report_w_.size() + report_u_.size()) * sizeof(T); }
+
+  /// Reports every K-th step of each parameter, as Optimizer::set_telemetry, with U in device memory. A
+  /// reporting step copies W and forms U in two m n device buffers (allocated the first time a report needs a
+  /// larger shape) and takes one more pass for update_rms; reporting does not change the numbers.
+  void set_telemetry(Telemetry<T, DeviceStepReport<T>> t) { telemetry_ = std::move(t); }
+  const Telemetry<T, DeviceStepReport<T>>& telemetry() const { return telemetry_; }
 
  private:
   using Precondition = detail::DevicePreconditioner<PreconditionerType>;
@@ -485,6 +578,41 @@ class DeviceOptimizer {
     Scale::reserve(ws_, options_.scaling, m, n);
     if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(m, n);
     if (options_.non_finite == NonFinite::Zero) detail::grow(ws_.clean, m * n);
+  }
+
+  /// apply() with a report (Optimizer::report's order): copies W and forms U first, then steps, then calls the
+  /// telemetry callback.
+  void report(DeviceMatrixView<T> wv, detail::Strided<const T> g, State& state) {
+    const Index m = wv.rows, n = wv.cols;
+    const detail::Strided<T> w = detail::strided(wv);
+    detail::grow(report_w_, m * n);
+    detail::grow(report_u_, m * n);
+    const detail::Strided<T> before = detail::strided(detail::raw(report_w_), m, n, wv.layout);
+    const detail::Strided<T> u = detail::strided(detail::raw(report_u_), m, n, wv.layout);
+    if (m * n != 0) {
+      engine_.copy(detail::Strided<const T>(w), before);
+      if constexpr (MomentumType::has_buffer) {
+        const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
+        engine_.combine(u, c.u_g, g, c.u_v,
+                        detail::Strided<const T>(detail::strided(detail::raw(state.momentum), m, n, wv.layout)));
+      } else {
+        engine_.copy(g, u);
+      }
+    }
+    apply(w, g, state);
+    ++state.steps;
+    DeviceStepReport<T> r;
+    r.param = wv.data;
+    r.rows = m;
+    r.cols = n;
+    r.step = state.steps;
+    r.direction = DeviceMatrixView<const T>{u.data, m, n, wv.layout};
+    if (m * n != 0) {
+      engine_.combine(before, T(1), detail::Strided<const T>(w), T(-1), detail::Strided<const T>(before));
+      r.update_rms = double(engine_.norm(detail::Strided<const T>(before))) / std::sqrt(double(m) * double(n));
+    }
+    r.effective_lr = double(effective_lr(state));
+    telemetry_.callback(r);
   }
 
   void apply(detail::Strided<T> w, detail::Strided<const T> g, State& state) {
@@ -522,6 +650,8 @@ class DeviceOptimizer {
   Options options_;
   Engine engine_;
   detail::DeviceWorkspace<T> ws_;
+  Telemetry<T, DeviceStepReport<T>> telemetry_;
+  thrust::device_vector<T> report_w_, report_u_;  ///< telemetry: W before the step, and U
 };
 
 }  // namespace matopt

@@ -55,11 +55,12 @@ struct StepReport {
 /// Reporting every `every`-th step of each parameter (counted by its state) to `callback`. Off when
 /// `every` is 0 (the default): then a step costs one branch more. A reporting step copies W and U (and
 /// allocates those copies the first time a shape grows), so it costs about two passes over memory plus
-/// whatever the callback computes.
-template <class T>
+/// whatever the callback computes. Report is StepReport<T> on the host, DeviceStepReport<T> for
+/// DeviceOptimizer (backend/device_optimizer.hpp: the same fields, U in device memory).
+template <class T, class Report = StepReport<T>>
 struct Telemetry {
   int every = 0;
-  std::function<void(const StepReport<T>&)> callback;
+  std::function<void(const Report&)> callback;
 
   bool due(std::int64_t steps_after) const {
     return every > 0 && callback && steps_after % every == 0;
