@@ -37,6 +37,7 @@
 
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/core/errors.hpp"
+#include "matopt/core/optimizer.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/traits.hpp"
 #include "matopt/diagnostics/diagonal_dominance.hpp"
@@ -442,31 +443,17 @@ class DeviceOptimizer {
     /// a W of the same shape and layout, and the other way round.
     template <class Writer>
     void write(Writer& w) const {
-      HostVector m(Index(momentum.size()));
+      Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
       thrust::copy(momentum.begin(), momentum.end(), m.data());
-      const_cast<State&>(*this).fields([&](const char* name, auto& v) { w.field(name, v); }, m);
+      detail::optimizer_state_fields(const_cast<State&>(*this), m,
+                                     [&](const char* name, auto& v) { w.field(name, v); });
     }
     /// Restores in place (the checkpoint loader reads into a copy, so a failure leaves the live state alone).
     template <class Reader>
     void read(Reader& r) {
-      HostVector m(Index(momentum.size()));
-      fields([&](const char* name, auto& v) { r.field(name, v); }, m);
+      Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
+      detail::optimizer_state_fields(*this, m, [&](const char* name, auto& v) { r.field(name, v); });
       thrust::copy(m.data(), m.data() + m.size(), momentum.begin());
-    }
-
-   private:
-    using HostVector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
-    template <class F>
-    void fields(F&& f, HostVector& m) {  // Optimizer::State::fields, with m for the momentum
-      f("rows", rows);
-      f("cols", cols);
-      f("layout", layout);
-      f("steps", steps);
-      f("skipped", skipped);
-      f("zeroed", zeroed);
-      f("momentum", m);
-      f("precondition", precondition);
-      f("scaling", scaling);
     }
   };
 

@@ -33,6 +33,24 @@
 
 namespace matopt {
 
+namespace detail {
+/// The fields of an Optimizer's per-parameter state, in checkpoint order (serialization/archive.hpp): f(name,
+/// field). `momentum` is the buffer as a host vector: the state's own, or DeviceOptimizer's host copy of its
+/// device buffer, so both write and read the same file.
+template <class S, class V, class F>
+void optimizer_state_fields(S& s, V& momentum, F&& f) {
+  f("rows", s.rows);
+  f("cols", s.cols);
+  f("layout", s.layout);
+  f("steps", s.steps);
+  f("skipped", s.skipped);
+  f("zeroed", s.zeroed);
+  f("momentum", momentum);
+  f("precondition", s.precondition);
+  f("scaling", s.scaling);
+}
+}  // namespace detail
+
 /// The lr and weight-decay defaults of an Optimizer, with its name for messages. A preset names its own;
 /// a user composition gets `defaults::Standard` (lr 0.02, weight decay 0).
 namespace defaults {
@@ -87,15 +105,7 @@ class Optimizer {
     /// Every field, for checkpoints (serialization/checkpoint.hpp): f(name, field).
     template <class F>
     void fields(F&& f) {
-      f("rows", rows);
-      f("cols", cols);
-      f("layout", layout);
-      f("steps", steps);
-      f("skipped", skipped);
-      f("zeroed", zeroed);
-      f("momentum", momentum);
-      f("precondition", precondition);
-      f("scaling", scaling);
+      detail::optimizer_state_fields(*this, momentum, f);
     }
   };
 
