@@ -33,6 +33,20 @@ namespace matopt::test {
 /// The gradient of step k (0-based) given the host's W before the step; the default is randn(m, n, 100 + k).
 using GradientFn = std::function<Eigen::MatrixXd(int k, const Eigen::MatrixXd& w)>;
 
+/// G = sign W + 0.1 randn: SpectralCap's cap fires (c < 0) for sign = -1 (D grows sigma1), never for +1.
+inline GradientFn along_w(double sign) {
+  return [sign](int k, const Eigen::MatrixXd& w) {
+    return Eigen::MatrixXd(sign * w + 0.1 * randn(w.rows(), w.cols(), 200 + unsigned(k)));
+  };
+}
+/// A random G at step 0, then a dominant rank-1 G (rows and columns all parallel: r_min < 1, so Adaptive
+/// switches to Exact).
+inline Eigen::MatrixXd rank_one_after_first(int k, const Eigen::MatrixXd& w) {
+  const Eigen::MatrixXd noise = randn(w.rows(), w.cols(), 300 + unsigned(k));
+  if (k == 0) return noise;
+  return 10.0 * randn(w.rows(), 1, 7) * randn(1, w.cols(), 8) + 0.1 * noise;
+}
+
 /// The largest differences a comparison measured (relative to W, and of the state fields as checked).
 struct DeviceDifferences {
   double w = 0;

@@ -218,19 +218,8 @@ TEST_CASE("cuda backend: Muon with TF32 and BF16 products stays close to the hos
 
 namespace {
 
-/// G = sign W + 0.1 randn: the cap fires (c < 0) for sign = -1, never for sign = +1.
-matopt::test::GradientFn along_w(double sign) {
-  return [sign](int k, const Eigen::MatrixXd& w) {
-    return Eigen::MatrixXd(sign * w + 0.1 * matopt::test::randn(w.rows(), w.cols(), 200 + unsigned(k)));
-  };
-}
-/// A random G at step 0, then a dominant rank-1 G (r_min < 1: Adaptive switches to Exact).
-Eigen::MatrixXd rank_one_after_first(int k, const Eigen::MatrixXd& w) {
-  const Eigen::MatrixXd noise = matopt::test::randn(w.rows(), w.cols(), 300 + unsigned(k));
-  if (k == 0) return noise;
-  const Eigen::MatrixXd a = matopt::test::randn(w.rows(), 1, 7), b = matopt::test::randn(1, w.cols(), 8);
-  return 10.0 * a * b + 0.1 * noise;
-}
+using matopt::test::along_w;  // gradients of tests/device_compare.hpp
+using matopt::test::rank_one_after_first;
 
 /// Adaptive's shapes: the Thrust suite's, and larger ones whose Gram (k x k, copied to the host) stays moderate.
 template <class Opt>
