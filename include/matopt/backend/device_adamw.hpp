@@ -1,0 +1,199 @@
+#pragma once
+// DeviceAdamW<T>: AdamW (adamw.hpp; Loshchilov & Hutter, arXiv 1711.05101) on parameters in device memory,
+// for the parameters that are not hidden matrices (biases, norms, embeddings, heads: spec §4) when the
+// weights live on the device. The host AdamW's Options, defaults, validation, messages, non-finite policy and
+// State fields (checkpoints move between the two); the update is torch.optim.AdamW's, as on the host:
+//   W <- W (1 - lr lambda);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
+//   W <- W - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// with the host's scalars (bias corrections in double, as AdamW::update), run as one Thrust pass over W, G, m and v (all in W's storage
+// order) on Thrust's device system: CPP or OMP on the CPU, CUDA on the GPU (from a .cu file; there it runs on
+// the legacy default stream, which the CUDA engine's own blocking stream is ordered with). NonFinite::Zero
+// zeroes G's non-finite entries inside that pass, so step allocates nothing (the finiteness check is a Thrust
+// reduction, which may use Thrust's temporary storage).
+//
+//   matopt::DeviceAdamW<float> adamw;                 // AdamW<float>::Options
+//   auto state = adamw.make_state(bias);               // DeviceMatrix<float> or DeviceMatrixView
+//   adamw.step(bias, grad, state);
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include <Eigen/Core>
+#include <thrust/copy.h>
+#include <thrust/device_vector.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
+
+#include "matopt/adamw.hpp"
+#include "matopt/backend/device_matrix.hpp"
+#include "matopt/backend/thrust.hpp"
+#include "matopt/core/errors.hpp"
+
+namespace matopt {
+namespace detail {
+
+/// AdamW's scalars at step t: AdamW::update's bias corrections, step size and decay factor.
+template <class T>
+struct AdamWCoefficients {
+  T beta1, beta2, eps, keep, step_size, inv_sqrt_bc2;
+  static AdamWCoefficients at(const typename AdamW<T>::Options& o, std::int64_t t) {
+    const T bc1 = T(1) - T(std::pow(static_cast<double>(o.beta1), static_cast<double>(t)));
+    const T bc2 = T(1) - T(std::pow(static_cast<double>(o.beta2), static_cast<double>(t)));
+    return {o.beta1, o.beta2, o.eps, T(1) - o.lr * o.weight_decay, o.lr / bc1, T(1) / std::sqrt(bc2)};
+  }
+};
+
+/// One AdamW element update (the host's expression, element by element); `zero` maps a non-finite g to 0.
+template <class T>
+struct AdamWOp {
+  T* w;
+  const T* g;
+  T* m;
+  T* v;
+  AdamWCoefficients<T> k;
+  bool decay, zero;
+  MATOPT_HOST_DEVICE void operator()(Index i) const {
+    T gi = g[i];
+    if (zero && !finite_value(gi)) gi = T(0);
+    const T mi = k.beta1 * m[i] + (T(1) - k.beta1) * gi;
+    const T vi = k.beta2 * v[i] + (T(1) - k.beta2) * (gi * gi);
+    m[i] = mi;
+    v[i] = vi;
+    T wi = w[i];
+    if (decay) wi *= k.keep;
+    w[i] = wi - k.step_size * mi / (sqrt(vi) * k.inv_sqrt_bc2 + k.eps);
+  }
+};
+
+}  // namespace detail
+
+template <class T>
+class DeviceAdamW {
+ public:
+  using Host = AdamW<T>;
+  using Scalar = T;
+  using Options = typename Host::Options;
+
+  /// The host State's fields, with the moments in device memory (W's storage order).
+  struct State {
+    Index rows = 0;
+    Index cols = 0;
+    Layout layout = Layout::RowMajor;
+    std::int64_t steps = 0;
+    std::int64_t skipped = 0;
+    std::int64_t zeroed = 0;
+    thrust::device_vector<T> m, v;
+    /// Device bytes (the moments).
+    std::size_t bytes() const { return (m.size() + v.size()) * sizeof(T); }
+
+    /// Checkpoints: written and read as the host AdamW State (its own fields(), so the same file format), with
+    /// the moments copied through host memory: files move between AdamW and DeviceAdamW for parameters of the
+    /// same shape and layout.
+    template <class Writer>
+    void write(Writer& w) const {
+      typename Host::State h = to_host_state();
+      thrust::copy(m.begin(), m.end(), h.m.data());
+      thrust::copy(v.begin(), v.end(), h.v.data());
+      w.state(h);
+    }
+    template <class Reader>
+    void read(Reader& r) {
+      typename Host::State h = to_host_state();  // shapes for the reader's checks
+      r.state(h);
+      steps = h.steps;
+      skipped = h.skipped;
+      zeroed = h.zeroed;
+      thrust::copy(h.m.data(), h.m.data() + h.m.size(), m.begin());
+      thrust::copy(h.v.data(), h.v.data() + h.v.size(), v.begin());
+    }
+
+   private:
+    typename Host::State to_host_state() const {
+      typename Host::State h;
+      h.rows = rows;
+      h.cols = cols;
+      h.layout = layout;
+      h.steps = steps;
+      h.skipped = skipped;
+      h.zeroed = zeroed;
+      h.m.resize(Index(m.size()));
+      h.v.resize(Index(v.size()));
+      return h;
+    }
+  };
+
+  DeviceAdamW() : DeviceAdamW(Options{}) {}
+  explicit DeviceAdamW(const Options& options) : options_(options) { Host::validate(options_, name()); }
+
+  Options& options() { return options_; }
+  const Options& options() const { return options_; }
+  static constexpr const char* name() { return Host::name(); }
+  /// The host AdamW's identity: checkpoints move between the host and device optimizers.
+  static std::string identity() { return Host::identity(); }
+
+  State make_state(DeviceMatrixView<const T> w) const {
+    check_view(w, "W");
+    State s;
+    s.rows = w.rows;
+    s.cols = w.cols;
+    s.layout = w.layout;
+    s.m.assign(std::size_t(w.size()), T(0));
+    s.v.assign(std::size_t(w.size()), T(0));
+    return s;
+  }
+  State make_state(const DeviceMatrix<T>& w) const { return make_state(w.view()); }
+
+  /// One step in place. Throws std::invalid_argument (W and state unchanged) on bad hyperparameters, a shape
+  /// or layout mismatch, or (NonFinite::Throw) a non-finite gradient.
+  void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) const {
+    constexpr const char* where = Host::name();
+    Host::validate(options_, where);
+    check_view(w, "W");
+    check_view(g, "G");
+    if (g.rows != w.rows || g.cols != w.cols)
+      detail::fail(where, "G is ", detail::shape_string(g.rows, g.cols), " but W is ",
+                   detail::shape_string(w.rows, w.cols));
+    if (!detail::same_layout(g.layout, w.layout, w.rows, w.cols))
+      detail::fail(where, "G is ", detail::layout_name(g.layout), " but W is ", detail::layout_name(w.layout));
+    if (state.rows != w.rows || state.cols != w.cols)
+      detail::fail(where, "state was made for a ", detail::shape_string(state.rows, state.cols),
+                   " parameter but W is ", detail::shape_string(w.rows, w.cols));
+    if (!detail::same_layout(state.layout, w.layout, w.rows, w.cols))
+      detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
+                   detail::layout_name(w.layout));
+    ThrustEngine e;
+    const bool finite = e.all_finite(detail::strided(g.data, g.rows, g.cols, w.layout));
+    if (!finite) {
+      if (options_.non_finite == NonFinite::Skip) {
+        ++state.skipped;
+        return;
+      }
+      if (options_.non_finite != NonFinite::Zero)
+        detail::fail(where, "G (", detail::shape_string(g.rows, g.cols),
+                     ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+      ++state.zeroed;
+    }
+    const std::int64_t t = ++state.steps;
+    const detail::AdamWOp<T> op{w.data, g.data, detail::raw(state.m), detail::raw(state.v),
+                                detail::AdamWCoefficients<T>::at(options_, t), options_.weight_decay != T(0),
+                                !finite};
+    thrust::for_each(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
+  }
+  void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) const { step(w.view(), g.view(), state); }
+
+  /// AdamW's per-parameter lr is `lr` (its per-element adaptivity aside).
+  T effective_lr(const State&) const { return options_.lr; }
+  std::size_t workspace_bytes() const { return 0; }
+
+ private:
+  static void check_view(DeviceMatrixView<const T> v, const char* what) {
+    if (v.rows < 0 || v.cols < 0) detail::fail(Host::name(), what, " has a negative shape ", v.rows, "x", v.cols);
+    if (v.data == nullptr && v.size() != 0)
+      detail::fail(Host::name(), what, " has null data for a ", detail::shape_string(v.rows, v.cols), " matrix");
+  }
+
+  Options options_;
+};
+
+}  // namespace matopt

@@ -1,0 +1,189 @@
+// DeviceAdamW (backend/device_adamw.hpp) against the host AdamW: the same W and moments after every step,
+// float and double, both storage orders, odd shapes; the non-finite policies; bad input changes nothing;
+// checkpoints move between the host and device optimizers.
+
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <thrust/copy.h>
+
+#include <matopt/backend/device_adamw.hpp>
+#include <matopt/matopt.hpp>
+#include <matopt/serialization/checkpoint.hpp>
+
+#include "device_compare.hpp"
+#include "test_support.hpp"
+
+namespace {
+
+using matopt::Index;
+using matopt::Layout;
+
+template <class T>
+Eigen::MatrixXd moments(const thrust::device_vector<T>& v, Index m, Index n, Layout layout) {
+  std::vector<T> h(v.size());
+  thrust::copy(v.begin(), v.end(), h.begin());
+  Eigen::MatrixXd out(m, n);
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j)
+      out(i, j) = double(h[std::size_t(layout == Layout::RowMajor ? i * n + j : i + j * m)]);
+  return out;
+}
+template <class T>
+Eigen::MatrixXd moments(const Eigen::Matrix<T, Eigen::Dynamic, 1>& v, Index m, Index n) {  // row-major host W
+  return Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(v.data(), m, n)
+      .template cast<double>();
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("thrust backend: DeviceAdamW equals the host AdamW", T, float, double) {
+  using Host = matopt::AdamW<T>;
+  using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-13;
+  typename Host::Options o;
+  o.lr = T(1e-2);
+  o.weight_decay = T(0.1);
+  double worst = 0;
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{5, 7}, {7, 5}, {1, 6}, {6, 1}, {0, 4}, {16, 16}}) {
+    const Index m = shape.first, n = shape.second;
+    CAPTURE(m);
+    CAPTURE(n);
+    for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+      CAPTURE(int(layout));
+      HostMat w = matopt::test::randn<HostMat>(m, n, 11);
+      Host host(o);
+      auto hs = host.make_state(w);
+      matopt::DeviceAdamW<T> dev(o);
+      auto dw = matopt::test::detail::device_copy<T>(w.template cast<double>(), layout);
+      auto ds = dev.make_state(dw);
+      for (unsigned k = 0; k < 4; ++k) {
+        CAPTURE(k);
+        const HostMat g = matopt::test::randn<HostMat>(m, n, 100 + k);
+        host.step(w, g, hs);
+        dev.step(dw, matopt::test::detail::device_copy<T>(g.template cast<double>(), layout), ds);
+        const double err = matopt::test::rel_error(matopt::to_host(dw), w);
+        worst = std::max(worst, err);
+        CHECK(err <= tol);
+        CHECK(ds.steps == hs.steps);
+        CHECK(matopt::test::rel_error(moments(ds.m, m, n, layout), moments(hs.m, m, n)) <= tol);
+        CHECK(matopt::test::rel_error(moments(ds.v, m, n, layout), moments(hs.v, m, n)) <= tol);
+      }
+    }
+  }
+  CHECK(matopt::DeviceAdamW<T>::identity() == Host::identity());
+  MESSAGE("DeviceAdamW: max relative W difference ", worst);
+}
+
+TEST_CASE("thrust backend: DeviceAdamW's non-finite policies and bad input, as the host's") {
+  using T = float;
+  using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Index m = 4, n = 6;
+  const HostMat w0 = matopt::test::randn<HostMat>(m, n, 1);
+  HostMat g = matopt::test::randn<HostMat>(m, n, 2);
+  g(1, 2) = std::numeric_limits<T>::quiet_NaN();
+  g(3, 0) = std::numeric_limits<T>::infinity();
+  const matopt::DeviceMatrix<T> dg(g);
+  matopt::AdamW<T>::Options o;
+  o.weight_decay = T(0.05);
+
+  SUBCASE("throw: error, W and state unchanged") {
+    matopt::DeviceAdamW<T> dev(o);
+    matopt::DeviceMatrix<T> dw(w0);
+    auto s = dev.make_state(dw);
+    CHECK_THROWS_WITH_AS(dev.step(dw, dg, s), doctest::Contains("non-finite"), std::invalid_argument);
+    CHECK(matopt::to_host(dw) == w0.cast<T>());
+    CHECK(s.steps == 0);
+    CHECK(moments(s.m, m, n, Layout::RowMajor).isZero(0));
+  }
+  SUBCASE("skip: counted, nothing else changes") {
+    o.non_finite = matopt::NonFinite::Skip;
+    matopt::DeviceAdamW<T> dev(o);
+    matopt::DeviceMatrix<T> dw(w0);
+    auto s = dev.make_state(dw);
+    dev.step(dw, dg, s);
+    CHECK(s.skipped == 1);
+    CHECK(s.steps == 0);
+    CHECK(matopt::to_host(dw) == w0.cast<T>());
+  }
+  SUBCASE("zero: the host's zeroed step") {
+    o.non_finite = matopt::NonFinite::Zero;
+    matopt::AdamW<T> host(o);
+    HostMat w = w0;
+    auto hs = host.make_state(w);
+    host.step(w, g, hs);
+    matopt::DeviceAdamW<T> dev(o);
+    matopt::DeviceMatrix<T> dw(w0);
+    auto s = dev.make_state(dw);
+    dev.step(dw, dg, s);
+    CHECK(s.zeroed == 1);
+    CHECK(s.steps == 1);
+    CHECK(hs.zeroed == 1);
+    CHECK(matopt::to_host(dw).allFinite());
+    CHECK(matopt::test::rel_error(matopt::to_host(dw), w) <= 1e-6);
+  }
+  SUBCASE("bad input names the parameter and shapes; W and state unchanged") {
+    matopt::DeviceAdamW<T> dev(o);
+    matopt::DeviceMatrix<T> dw(w0);
+    auto s = dev.make_state(dw);
+    const matopt::DeviceMatrix<T> wide(HostMat(matopt::test::randn<HostMat>(m, n + 1, 3)));
+    CHECK_THROWS_WITH_AS(dev.step(dw, wide, s), doctest::Contains("G is 4x7 but W is 4x6"), std::invalid_argument);
+    const matopt::DeviceMatrix<T> col{Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>(g)};
+    CHECK_THROWS_WITH_AS(dev.step(dw, col, s), doctest::Contains("column-major"), std::invalid_argument);
+    matopt::DeviceMatrix<T> other(matopt::test::randn<HostMat>(n, m, 4));
+    CHECK_THROWS_WITH_AS(dev.step(other, matopt::DeviceMatrix<T>(HostMat(matopt::test::randn<HostMat>(n, m, 5))), s),
+                         doctest::Contains("state was made for a 4x6"), std::invalid_argument);
+    dev.options().lr = T(-1);
+    const matopt::DeviceMatrix<T> finite(HostMat(matopt::test::randn<HostMat>(m, n, 6)));
+    CHECK_THROWS_WITH_AS(dev.step(dw, finite, s), doctest::Contains("lr"), std::invalid_argument);
+    dev.options().lr = T(1e-3);
+    dev.options().beta2 = T(1.5);
+    CHECK_THROWS_WITH_AS(dev.step(dw, finite, s), doctest::Contains("beta2"), std::invalid_argument);
+    CHECK(matopt::to_host(dw) == w0.cast<T>());
+    CHECK(s.steps == 0);
+    CHECK_THROWS_AS(matopt::DeviceAdamW<T>(matopt::AdamW<T>::Options{T(0)}), std::invalid_argument);
+    const matopt::DeviceMatrixView<const T> null_view{nullptr, 2, 3, Layout::RowMajor};
+    CHECK_THROWS_WITH_AS(dev.make_state(null_view), doctest::Contains("null data"), std::invalid_argument);
+  }
+}
+
+TEST_CASE("thrust backend: DeviceAdamW checkpoints move between the host and device optimizers") {
+  using T = double;
+  using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Index m = 3, n = 8;
+  matopt::AdamW<T> host;
+  HostMat w = matopt::test::randn<HostMat>(m, n, 1);
+  std::vector<matopt::AdamW<T>::State> hs{host.make_state(w)};
+  for (unsigned k = 0; k < 3; ++k) host.step(w, HostMat(matopt::test::randn<HostMat>(m, n, 10 + k)), hs[0]);
+  std::stringstream file;
+  matopt::save_checkpoint(file, host, hs);
+
+  matopt::DeviceAdamW<T> dev;
+  matopt::DeviceMatrix<T> dw(w);
+  std::vector<matopt::DeviceAdamW<T>::State> ds{dev.make_state(dw)};
+  matopt::load_checkpoint(file, dev, ds);
+  CHECK(ds[0].steps == 3);
+  CHECK(moments(ds[0].m, m, n, Layout::RowMajor) == moments(hs[0].m, m, n));
+  CHECK(moments(ds[0].v, m, n, Layout::RowMajor) == moments(hs[0].v, m, n));
+  const HostMat g = matopt::test::randn<HostMat>(m, n, 20);
+  host.step(w, g, hs[0]);
+  dev.step(dw, matopt::DeviceMatrix<T>(g), ds[0]);
+  CHECK(matopt::test::rel_error(matopt::to_host(dw), w) <= 1e-13);
+
+  std::stringstream back;
+  matopt::save_checkpoint(back, dev, ds);
+  std::vector<matopt::AdamW<T>::State> restored{host.make_state(w)};
+  matopt::load_checkpoint(back, host, restored);
+  CHECK(restored[0].steps == 4);
+  CHECK(moments(restored[0].m, m, n) == moments(ds[0].m, m, n, Layout::RowMajor));
+  std::string bytes = back.str();
+  bytes[bytes.size() - 5] ^= 0x21;
+  std::stringstream corrupted(bytes);
+  const Eigen::MatrixXd before = moments(ds[0].v, m, n, Layout::RowMajor);
+  CHECK_THROWS_AS(matopt::load_checkpoint(corrupted, dev, ds), matopt::CheckpointError);
+  CHECK(ds[0].steps == 4);
+  CHECK(moments(ds[0].v, m, n, Layout::RowMajor) == before);
+}
