@@ -1,14 +1,15 @@
 #pragma once
-// Device test cases shared by tests/test_thrust.cpp (ThrustEngine) and tests/gpu/test_cuda.cu (cuda::Engine).
+// Device test cases shared by tests/test_thrust_cases.cpp (ThrustEngine) and tests/gpu/test_cuda.cu
+// (cuda::Engine).
 // The including file defines, before including this header:
 //   MATOPT_BACKEND           a string literal that starts every test name ("thrust backend", "cuda backend");
 //   matopt::test::Backend    with  using Engine = ...;
 //                                  template <class Opt> static auto optimizer(const typename Opt::Options&);
 //                                  template <class Dev> static void before_step(Dev&);  (e.g. poison scratch)
 //
-// Cases: ExactPolar (and Adaptive falling back to it) against the host; checkpoints moved between the host
-// and device optimizers, both ways, and rejected (state unchanged) when corrupted or for another layout; the
-// spectral diagnostics of device matrices against the host's.
+// Cases: ExactPolar (and Adaptive switching to it) against the host; checkpoints moved between the host and
+// device optimizers, both ways, and rejected (state unchanged) when corrupted or for another layout; the
+// spectral diagnostics of device matrices against the host's; telemetry against the host's reports.
 
 #include <sstream>
 #include <string>
