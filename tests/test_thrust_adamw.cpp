@@ -2,13 +2,13 @@
 // float and double, both storage orders, odd shapes; the non-finite policies; bad input changes nothing;
 // checkpoints move between the host and device optimizers.
 
+#include <algorithm>
 #include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <thrust/copy.h>
 
 #include <matopt/backend/device_adamw.hpp>
 #include <matopt/matopt.hpp>
@@ -22,15 +22,11 @@ namespace {
 using matopt::Index;
 using matopt::Layout;
 
+/// A device moment buffer (W's storage order) as the m x n matrix it holds, through the library's to_host.
 template <class T>
 Eigen::MatrixXd moments(const thrust::device_vector<T>& v, Index m, Index n, Layout layout) {
-  std::vector<T> h(v.size());
-  thrust::copy(v.begin(), v.end(), h.begin());
-  Eigen::MatrixXd out(m, n);
-  for (Index i = 0; i < m; ++i)
-    for (Index j = 0; j < n; ++j)
-      out(i, j) = double(h[std::size_t(layout == Layout::RowMajor ? i * n + j : i + j * m)]);
-  return out;
+  return matopt::to_host(matopt::DeviceMatrixView<const T>{thrust::raw_pointer_cast(v.data()), m, n, layout})
+      .template cast<double>();
 }
 template <class T>
 Eigen::MatrixXd moments(const Eigen::Matrix<T, Eigen::Dynamic, 1>& v, Index m, Index n) {  // row-major host W
