@@ -133,7 +133,7 @@ class DeviceAdamW {
   static std::string identity() { return Host::identity(); }
 
   State make_state(DeviceMatrixView<const T> w) const {
-    check_view(w, "W");
+    detail::check_device_view<T>(Host::name(), w, "W");
     State s;
     s.rows = w.rows;
     s.cols = w.cols;
@@ -149,19 +149,7 @@ class DeviceAdamW {
   void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) const {
     constexpr const char* where = Host::name();
     Host::validate(options_, where);
-    check_view(w, "W");
-    check_view(g, "G");
-    if (g.rows != w.rows || g.cols != w.cols)
-      detail::fail(where, "G is ", detail::shape_string(g.rows, g.cols), " but W is ",
-                   detail::shape_string(w.rows, w.cols));
-    if (!detail::same_layout(g.layout, w.layout, w.rows, w.cols))
-      detail::fail(where, "G is ", detail::layout_name(g.layout), " but W is ", detail::layout_name(w.layout));
-    if (state.rows != w.rows || state.cols != w.cols)
-      detail::fail(where, "state was made for a ", detail::shape_string(state.rows, state.cols),
-                   " parameter but W is ", detail::shape_string(w.rows, w.cols));
-    if (!detail::same_layout(state.layout, w.layout, w.rows, w.cols))
-      detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
-                   detail::layout_name(w.layout));
+    detail::check_device_step<T>(where, w, g, state);
     ThrustEngine e;
     const bool finite = e.all_finite(detail::strided(g.data, g.rows, g.cols, w.layout));
     if (!finite) {
@@ -187,12 +175,6 @@ class DeviceAdamW {
   std::size_t workspace_bytes() const { return 0; }
 
  private:
-  static void check_view(DeviceMatrixView<const T> v, const char* what) {
-    if (v.rows < 0 || v.cols < 0) detail::fail(Host::name(), what, " has a negative shape ", v.rows, "x", v.cols);
-    if (v.data == nullptr && v.size() != 0)
-      detail::fail(Host::name(), what, " has null data for a ", detail::shape_string(v.rows, v.cols), " matrix");
-  }
-
   Options options_;
 };
 

@@ -122,4 +122,34 @@ Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> to_host(const DeviceMatrix<T>& 
   return to_host(m.view());
 }
 
+namespace detail {
+
+/// A view a device optimizer accepts: a shape of no negative extent, and data unless it is empty.
+template <class T>
+void check_device_view(const char* where, DeviceMatrixView<const T> v, const char* what) {
+  if (v.rows < 0 || v.cols < 0) fail(where, what, " has a negative shape ", v.rows, "x", v.cols);
+  if (v.data == nullptr && v.size() != 0)
+    fail(where, what, " has null data for a ", shape_string(v.rows, v.cols), " matrix");
+}
+
+/// The argument checks of a device step (DeviceOptimizer, DeviceAdamW), before anything changes: both views
+/// well formed, G of W's shape and layout, and `state` (rows, cols, layout) made for W.
+template <class T, class State>
+void check_device_step(const char* where, DeviceMatrixView<const T> w, DeviceMatrixView<const T> g,
+                       const State& state) {
+  check_device_view(where, w, "W");
+  check_device_view(where, g, "G");
+  if (g.rows != w.rows || g.cols != w.cols)
+    fail(where, "G is ", shape_string(g.rows, g.cols), " but W is ", shape_string(w.rows, w.cols));
+  if (!same_layout(g.layout, w.layout, w.rows, w.cols))
+    fail(where, "G is ", layout_name(g.layout), " but W is ", layout_name(w.layout));
+  if (state.rows != w.rows || state.cols != w.cols)
+    fail(where, "state was made for a ", shape_string(state.rows, state.cols), " parameter but W is ",
+         shape_string(w.rows, w.cols));
+  if (!same_layout(state.layout, w.layout, w.rows, w.cols))
+    fail(where, "state was made for a ", layout_name(state.layout), " W but W is ", layout_name(w.layout));
+}
+
+}  // namespace detail
+
 }  // namespace matopt

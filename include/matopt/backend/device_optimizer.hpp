@@ -472,7 +472,7 @@ class DeviceOptimizer {
 
   /// The state for parameter w; grows the shared device workspace to fit w's shape.
   State make_state(DeviceMatrixView<const T> w) {
-    check_view(w, "W");
+    detail::check_device_view<T>(Host::name(), w, "W");
     State s;
     s.rows = w.rows;
     s.cols = w.cols;
@@ -490,19 +490,7 @@ class DeviceOptimizer {
   void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) {
     constexpr const char* where = Host::name();
     Host::validate(options_, where);
-    check_view(w, "W");
-    check_view(g, "G");
-    if (g.rows != w.rows || g.cols != w.cols)
-      detail::fail(where, "G is ", detail::shape_string(g.rows, g.cols), " but W is ",
-                   detail::shape_string(w.rows, w.cols));
-    if (!detail::same_layout(g.layout, w.layout, w.rows, w.cols))
-      detail::fail(where, "G is ", detail::layout_name(g.layout), " but W is ", detail::layout_name(w.layout));
-    if (state.rows != w.rows || state.cols != w.cols)
-      detail::fail(where, "state was made for a ", detail::shape_string(state.rows, state.cols),
-                   " parameter but W is ", detail::shape_string(w.rows, w.cols));
-    if (!detail::same_layout(state.layout, w.layout, w.rows, w.cols))
-      detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
-                   detail::layout_name(w.layout));
+    detail::check_device_step<T>(where, w, g, state);
     reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
     detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);
     if (!engine_.all_finite(gs)) {
@@ -553,12 +541,6 @@ class DeviceOptimizer {
   static constexpr bool fused =
       MomentumType::has_buffer && detail::has_fused_step_v<ScalingType> &&
       (std::is_same_v<PreconditionerType, RowNormalize> || std::is_same_v<PreconditionerType, ColNormalize>);
-
-  static void check_view(DeviceMatrixView<const T> v, const char* what) {
-    if (v.rows < 0 || v.cols < 0) detail::fail(Host::name(), what, " has a negative shape ", v.rows, "x", v.cols);
-    if (v.data == nullptr && v.size() != 0)
-      detail::fail(Host::name(), what, " has null data for a ", detail::shape_string(v.rows, v.cols), " matrix");
-  }
 
   void reserve(Index m, Index n) {
     Precondition::reserve(ws_, options_.precondition, m, n);

@@ -162,10 +162,12 @@ class Optimizer {
 
   /// Steps many parameters at once: params[i] with grads[i] and states[i]. Everything is checked before
   /// anything changes. Matrices of at most detail::kTile rows and columns run in parallel, one per thread
-  /// (with a workspace per thread); larger ones, and all of them under the BLAS engine, one after another,
-  /// each using all threads. Results are
-  /// bitwise identical to stepping each parameter alone, for any number of threads. (Parameters whose
-  /// gradient is zeroed, or whose step reports telemetry, run after the parallel part, one by one.)
+  /// (with a workspace per thread, and under the BLAS engine with OpenBLAS held to one thread meanwhile:
+  /// detail::SerialEngineScope); larger ones one after another, each using all threads. Results are
+  /// bitwise identical for any number of threads, and to stepping each parameter alone (under the BLAS
+  /// engine the small ones equal a step with OpenBLAS on one thread, and a threaded one within rounding).
+  /// Parameters whose gradient is zeroed, or whose step reports telemetry, run after the parallel part, one
+  /// by one.
   void step(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
             std::vector<State>& states) {
     constexpr const char* where = Defaults::name;
@@ -196,11 +198,14 @@ class Optimizer {
     for (std::size_t i = 0; i < params.size(); ++i)
       pending_[i].parallel = small(params[i].rows, params[i].cols) &&
                              pending_[i].action != detail::GradAction::Zero && !telemetry_.due(states[i].steps + 1);
-    detail::parallel_for(Index(params.size()), [&](Index i) {
-      if (!pending_[std::size_t(i)].parallel) return;
-      const int t = detail::thread_index();
-      one(std::size_t(i), t == 0 ? workspace_ : thread_workspaces_[std::size_t(t - 1)]);
-    });
+    {
+      const detail::SerialEngineScope serial;
+      detail::parallel_for(Index(params.size()), [&](Index i) {
+        if (!pending_[std::size_t(i)].parallel) return;
+        const int t = detail::thread_index();
+        one(std::size_t(i), t == 0 ? workspace_ : thread_workspaces_[std::size_t(t - 1)]);
+      });
+    }
     for (std::size_t i = 0; i < params.size(); ++i)
       if (!pending_[i].parallel) one(i, workspace_);
   }
@@ -246,10 +251,10 @@ class Optimizer {
  private:
   using Workspace = typename Preconditioner::template Workspace<T>;
 
-  /// Whether the batched step runs this parameter in its parallel part. Not under the BLAS engine: a
-  /// threaded BLAS called from several threads at once oversubscribes the cores (64 x 256^2 Muon ran at
-  /// 0.47x the FLOP rate of one 2048^2 that way), so every parameter steps alone, with all threads.
-  static bool small(Index m, Index n) { return !detail::kEngineThreads && std::max(m, n) <= detail::kTile; }
+  /// Whether the batched step runs this parameter in its parallel part: small, and an engine that can be
+  /// held to the calling thread (a threaded BLAS called from several threads at once oversubscribes the
+  /// cores: 64 x 256^2 Muon ran at 0.47x the FLOP rate of one 2048^2 that way).
+  static bool small(Index m, Index n) { return detail::kEngineSerializable && std::max(m, n) <= detail::kTile; }
 
   /// Sizes the shared workspace for an m x n parameter, and for small ones a workspace per extra thread.
   void reserve_workspaces(Index m, Index n, int threads) {
