@@ -199,7 +199,7 @@ class Optimizer {
       pending_[i].parallel = small(params[i].rows, params[i].cols) &&
                              pending_[i].action != detail::GradAction::Zero && !telemetry_.due(states[i].steps + 1);
     {
-      const detail::SerialEngineScope serial;
+      [[maybe_unused]] const detail::SerialEngineScope serial;
       detail::parallel_for(Index(params.size()), [&](Index i) {
         if (!pending_[std::size_t(i)].parallel) return;
         const int t = detail::thread_index();
