@@ -26,18 +26,6 @@
 
 namespace matopt::test::cases {
 
-template <class Opt>
-DeviceDifferences compare_shapes(const typename Opt::Options& options, const std::vector<std::pair<Index, Index>>& shapes,
-                                 const GradientFn& gradient = {}) {
-  DeviceDifferences worst;
-  for (const auto& [m, n] : shapes)
-    worst.merge(compare_device_with_host<Opt, Eigen::RowMajor>(
-        m, n, 3, options, {Layout::RowMajor, Layout::ColMajor},
-        [](const typename Opt::Options& o) { return Backend::template optimizer<Opt>(o); },
-        [](auto& dev) { Backend::before_step(dev); }, gradient));
-  return worst;
-}
-
 template <class T>
 std::vector<T> host_copy(const thrust::device_vector<T>& v) {
   std::vector<T> h(v.size());
@@ -54,13 +42,13 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": ExactPolar, alone and as Adaptive's Exact, 
                                   TrustRatio<trust::OrScale, shape::Unit>>;
   // Odd shapes, both orientations, a rank-1 (1 x n) input; square 16 x 16 is the SVD's worst conditioning here.
   const std::vector<std::pair<Index, Index>> shapes = {{5, 7}, {7, 5}, {1, 6}, {6, 1}, {0, 4}, {16, 16}, {9, 40}};
-  test::DeviceDifferences worst = test::cases::compare_shapes<ExactMuon>({}, shapes);
+  test::DeviceDifferences worst = test::compare_on<test::Backend, ExactMuon>({}, shapes);
   typename ExactMuon::Options weighted;
   weighted.weight_decay = T(0.1);
-  worst.merge(test::cases::compare_shapes<ExactMuon>(weighted, shapes));
+  worst.merge(test::compare_on<test::Backend, ExactMuon>(weighted, shapes));
   typename ExactAdaptive::Options ao;
   ao.precondition.every = 1;
-  worst.merge(test::cases::compare_shapes<ExactAdaptive>(ao, shapes, test::rank_one_after_first));
+  worst.merge(test::compare_on<test::Backend, ExactAdaptive>(ao, shapes, test::rank_one_after_first));
 
   // The case above does switch: the host's Adaptive picks ExactPolar from step 1 on.
   Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w = test::randn<decltype(w)>(8, 32, 11);

@@ -1,6 +1,7 @@
 #pragma once
-// The host-vs-device comparison of tests/test_thrust.cpp (ThrustEngine) and tests/gpu/test_cuda.cu
-// (cuda::Engine): a device optimizer against its host Optimizer on the same inputs, step by step.
+// The host-vs-device comparison of the device suites (tests/test_thrust.cpp: ThrustEngine; tests/gpu/test_cuda.cu:
+// cuda::Engine; the cases both run, tests/device_cases.hpp and tests/device_step_cases.hpp): a device optimizer
+// against its host Optimizer on the same inputs, step by step.
 //
 // The host reference runs once, in the Eigen storage order HostOrder (the host's numbers depend on it only up
 // to rounding, spec §0); the device runs on each of `layouts`. After every step: W relative to the host's W
@@ -204,6 +205,21 @@ DeviceDifferences compare_device_with_host(Index m, Index n, int steps, const ty
       CHECK(rel_error(dv, Eigen::Map<const Host>(hs.momentum.data(), m, n)) <= 1e-6);
     }
   }
+  return worst;
+}
+
+/// compare_device_with_host on a test backend B (the shared cases' Backend: B::optimizer<Opt>(options),
+/// B::before_step(device_optimizer)) for each of `shapes`, three steps: the host on row-major storage, the
+/// device on both storage orders.
+template <class B, class Opt>
+DeviceDifferences compare_on(const typename Opt::Options& options, const std::vector<std::pair<Index, Index>>& shapes,
+                             const GradientFn& gradient = {}) {
+  DeviceDifferences worst;
+  for (const auto& [m, n] : shapes)
+    worst.merge(compare_device_with_host<Opt, Eigen::RowMajor>(
+        m, n, 3, options, {Layout::RowMajor, Layout::ColMajor},
+        [](const typename Opt::Options& o) { return B::template optimizer<Opt>(o); },
+        [](auto& dev) { B::before_step(dev); }, gradient));
   return worst;
 }
 

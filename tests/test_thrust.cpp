@@ -1,207 +1,35 @@
 // The Thrust backend against the Eigen backend (issue: GPU backends). Built with g++ and Thrust's CPP or
 // OMP device system in CI (the whole suite on the CPU), and as CUDA source (label gpu) when
-// MATOPT_THRUST_DEVICE_SYSTEM=CUDA. Every preset, both storage orders, float and double, odd shapes;
-// non-finite policies and bad input leave W and state unchanged. The cases shared with the CUDA suite
-// (ExactPolar, checkpoints between host and device, spectral diagnostics) run on Thrust from
-// tests/test_thrust_cases.cpp.
+// MATOPT_THRUST_DEVICE_SYSTEM=CUDA. The step cases shared with the CUDA suite (tests/device_step_cases.hpp:
+// every preset and the compositions in both storage orders, float and double, odd shapes; extreme magnitudes;
+// non-finite policies and bad input leave W and state unchanged) and, here, framework views, diagonal
+// dominance, SpectralCap and Adaptive. The other shared cases (ExactPolar, checkpoints between host and
+// device, spectral diagnostics) run on Thrust from tests/test_thrust_cases.cpp.
 
-#include <cmath>
-#include <limits>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
-#include <thrust/count.h>
+#include <thrust/copy.h>
+#include <thrust/device_vector.h>
 
-#include <matopt/backend/thrust.hpp>
-#include <matopt/matopt.hpp>
+#include "thrust_backend.hpp"
 
-#include "device_compare.hpp"
-#include "test_support.hpp"
+#define MATOPT_COMPOSITION_TYPES float, double
+#include "device_step_cases.hpp"
 
 namespace {
 
 using matopt::Index;
 using matopt::Layout;
 using matopt::test::rel_error;
+using matopt::test::cases::compare_all_shapes;
 
 template <class T, int Order>
 using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>;
 
-/// `steps` steps of the host optimizer (storage order Order) and of its Thrust twin (the same storage order)
-/// on the same inputs, compared after every step (tests/device_compare.hpp).
-template <class Opt, int Order>
-matopt::test::DeviceDifferences compare_with_host(Index m, Index n, int steps, typename Opt::Options options = {},
-                                                  const matopt::test::GradientFn& gradient = {}) {
-  const Layout layout = Order == Eigen::RowMajor ? Layout::RowMajor : Layout::ColMajor;
-  return matopt::test::compare_device_with_host<Opt, Order>(
-      m, n, steps, options, {layout},
-      [](const typename Opt::Options& o) { return matopt::DeviceOptimizer<Opt, matopt::ThrustEngine>(o); },
-      [](auto&) {}, gradient);
-}
-
-template <class Opt>
-matopt::test::DeviceDifferences compare_all_shapes(typename Opt::Options options = {},
-                                                   const matopt::test::GradientFn& gradient = {}) {
-  const std::vector<std::pair<Index, Index>> shapes = {{5, 7}, {7, 5}, {1, 6}, {6, 1}, {0, 4}, {4, 0},
-                                                       {16, 16}, {9, 40}, {40, 9}, {24, 33}};
-  matopt::test::DeviceDifferences worst;
-  for (const auto& [m, n] : shapes) {
-    worst.merge(compare_with_host<Opt, Eigen::RowMajor>(m, n, 3, options, gradient));
-    worst.merge(compare_with_host<Opt, Eigen::ColMajor>(m, n, 3, options, gradient));
-  }
-  return worst;
-}
-
 }  // namespace
-
-TEST_CASE_TEMPLATE("thrust backend: every preset equals the Eigen backend", T, float, double) {
-  SUBCASE("Muon") { compare_all_shapes<matopt::Muon<T>>(); }
-  SUBCASE("MoonlightMuon") { compare_all_shapes<matopt::MoonlightMuon<T>>(); }
-  SUBCASE("RMNP") { compare_all_shapes<matopt::RMNP<T>>(); }
-  SUBCASE("ColNorm") { compare_all_shapes<matopt::ColNorm<T>>(); }
-  SUBCASE("OrScale") { compare_all_shapes<matopt::OrScale<T>>(); }
-  SUBCASE("OrScale-LM (calibrated trust ratio, coupled decay)") {
-    typename matopt::OrScale<T>::Options o;
-    o.scaling.calibrate = true;
-    o.scaling.clip_min = 0.1;
-    o.scaling.clip_max = 5.0;
-    o.weight_decay = T(0.01);
-    compare_all_shapes<matopt::OrScale<T>>(o);
-  }
-}
-
-TEST_CASE_TEMPLATE("thrust backend: compositions (Gram NS, plain NS, LARS, unfused normalization, sign)", T, float,
-                   double) {
-  using namespace matopt;
-  SUBCASE("Gram Newton-Schulz, forced") {
-    using Opt = Optimizer<T, Orthogonalize<GramNewtonSchulz<schedules::PolarExpress>>, Momentum<Sum, Nesterov>,
-                          Static<shape::MuonOriginal>>;
-    compare_all_shapes<Opt>();
-  }
-  SUBCASE("plain Newton-Schulz on a strongly rectangular matrix, with weight decay") {
-    using Opt = Muon<T>;
-    typename Opt::Options o;
-    o.precondition.variant = NsVariant::Plain;
-    o.weight_decay = T(0.1);
-    compare_with_host<Opt, Eigen::RowMajor>(6, 50, 3, o);
-    compare_with_host<Opt, Eigen::ColMajor>(50, 6, 3, o);
-  }
-  SUBCASE("LARS trust ratio on row normalization (the unfused path), no Nesterov") {
-    using Opt = Optimizer<T, RowNormalize, Momentum<Ema, Plain>, TrustRatio<trust::Lars, shape::Unit>>;
-    typename Opt::Options o;
-    o.weight_decay = T(0.001);
-    compare_all_shapes<Opt>(o);
-  }
-  SUBCASE("column normalization with TrustRatio") {
-    using Opt = Optimizer<T, ColNormalize, Momentum<Sum, Nesterov>, TrustRatio<trust::OrScale, shape::Unit>>;
-    compare_all_shapes<Opt>();
-  }
-  SUBCASE("sign descent without momentum; identity with momentum") {
-    compare_all_shapes<Optimizer<T, Sign, NoMomentum, Static<shape::Unit>>>();
-    compare_all_shapes<Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<shape::Spectral>>>();
-  }
-}
-
-TEST_CASE_TEMPLATE("thrust backend: extreme magnitudes and zero gradients give no NaN", T, float, double) {
-  using Opt = matopt::RMNP<T>;
-  for (const double magnitude : {1e-30, 1e30, 0.0}) {
-    CAPTURE(magnitude);
-    const T scale = T(magnitude);  // float: squares of 1e-30 underflow and of 1e30 overflow
-    HostMat<T, Eigen::RowMajor> w = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(6, 9, 3);
-    const HostMat<T, Eigen::RowMajor> g = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(6, 9, 4) * scale;
-    Opt host;
-    auto hs = host.make_state(w);
-    matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev;
-    matopt::DeviceMatrix<T> dw(w);
-    auto ds = dev.make_state(dw);
-    host.step(w, g, hs);
-    dev.step(dw, matopt::DeviceMatrix<T>(g), ds);
-    const Eigen::MatrixXd got = matopt::to_host(dw).template cast<double>();
-    REQUIRE(got.allFinite());
-    CHECK(rel_error(got, w.template cast<double>()) <= 1e-6);
-  }
-  // Muon and OrScale on a zero gradient: W unchanged (Muon) and finite.
-  HostMat<T, Eigen::ColMajor> w = matopt::test::randn<HostMat<T, Eigen::ColMajor>>(5, 8, 5);
-  matopt::DeviceMatrix<T> dw(w), dg(5, 8, Layout::ColMajor);
-  matopt::DeviceOptimizer<matopt::Muon<T>, matopt::ThrustEngine> muon;
-  auto s = muon.make_state(dw);
-  muon.step(dw, dg, s);
-  CHECK(rel_error(matopt::to_host(dw), w) == 0.0);
-  matopt::DeviceOptimizer<matopt::OrScale<T>, matopt::ThrustEngine> orscale;
-  auto so = orscale.make_state(dw);
-  orscale.step(dw, dg, so);
-  CHECK(matopt::to_host(dw).allFinite());
-}
-
-TEST_CASE_TEMPLATE("thrust backend: non-finite gradients (throw, skip, zero) as on the host", T, float, double) {
-  using Opt = matopt::Muon<T>;
-  const Index m = 4, n = 6;
-  const HostMat<T, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(m, n, 7);
-  HostMat<T, Eigen::RowMajor> g = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(m, n, 8);
-  g(1, 2) = std::numeric_limits<T>::quiet_NaN();
-  g(3, 0) = std::numeric_limits<T>::infinity();
-  const matopt::DeviceMatrix<T> dg(g);
-
-  SUBCASE("throw: error, W and state unchanged") {
-    matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev;
-    matopt::DeviceMatrix<T> dw(w0);
-    auto ds = dev.make_state(dw);
-    CHECK_THROWS_WITH_AS(dev.step(dw, dg, ds), doctest::Contains("non-finite"), std::invalid_argument);
-    CHECK(matopt::to_host(dw) == w0.template cast<T>());
-    CHECK(ds.steps == 0);
-    CHECK(thrust::count(ds.momentum.begin(), ds.momentum.end(), T(0)) == m * n);
-  }
-  SUBCASE("skip: counted, W unchanged") {
-    typename Opt::Options o;
-    o.non_finite = matopt::NonFinite::Skip;
-    matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev(o);
-    matopt::DeviceMatrix<T> dw(w0);
-    auto ds = dev.make_state(dw);
-    dev.step(dw, dg, ds);
-    CHECK(ds.skipped == 1);
-    CHECK(ds.steps == 0);
-    CHECK(matopt::to_host(dw) == w0.template cast<T>());
-  }
-  SUBCASE("zero: the host's zeroed step") {
-    typename Opt::Options o;
-    o.non_finite = matopt::NonFinite::Zero;
-    Opt host(o);
-    HostMat<T, Eigen::RowMajor> w = w0;
-    auto hs = host.make_state(w);
-    host.step(w, g, hs);
-    matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev(o);
-    matopt::DeviceMatrix<T> dw(w0);
-    auto ds = dev.make_state(dw);
-    dev.step(dw, dg, ds);
-    CHECK(ds.zeroed == 1);
-    CHECK(ds.steps == 1);
-    CHECK(rel_error(matopt::to_host(dw), w) <= 1e-6);
-  }
-}
-
-TEST_CASE("thrust backend: bad input names the parameter and shapes, and changes nothing") {
-  using Opt = matopt::RMNP<float>;
-  matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev;
-  const HostMat<float, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(3, 4, 1);
-  matopt::DeviceMatrix<float> dw(w0), g_wrong(4, 3), g_col(3, 4, Layout::ColMajor), other(2, 2);
-  auto ds = dev.make_state(dw);
-  CHECK_THROWS_WITH_AS(dev.step(dw, g_wrong, ds), doctest::Contains("G is 4x3 but W is 3x4"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(dev.step(dw, g_col, ds), doctest::Contains("column-major"), std::invalid_argument);
-  auto small = dev.make_state(other);
-  CHECK_THROWS_WITH_AS(dev.step(dw, matopt::DeviceMatrix<float>(3, 4), small), doctest::Contains("state was made for a 2x2"),
-                       std::invalid_argument);
-  CHECK_THROWS_WITH_AS(dev.step(matopt::DeviceMatrixView<float>{nullptr, 3, 4, Layout::RowMajor}, dw.view(), ds),
-                       doctest::Contains("null data"), std::invalid_argument);
-  dev.options().lr = -1.0f;
-  CHECK_THROWS_WITH_AS(dev.step(dw, matopt::DeviceMatrix<float>(3, 4), ds), doctest::Contains("lr"),
-                       std::invalid_argument);
-  CHECK(matopt::to_host(dw) == w0);
-  CHECK(ds.steps == 0);
-  Opt::Options bad;
-  bad.momentum = 1.5f;
-  CHECK_THROWS_WITH_AS((matopt::DeviceOptimizer<Opt, matopt::ThrustEngine>(bad)), doctest::Contains("momentum"),
-                       std::invalid_argument);
-}
 
 TEST_CASE("thrust backend: a non-owning view of a framework's buffer, and a workspace sized once") {
   using Opt = matopt::Muon<float>;

@@ -4,21 +4,6 @@
 // test_thrust.cpp (the Thrust-on-CUDA suite, tests/gpu, compiles test_thrust.cpp only; the CUDA engine's
 // suite runs these cases).
 
-#include <matopt/backend/thrust.hpp>
-#include <matopt/matopt.hpp>
+#include "thrust_backend.hpp"
 
-namespace matopt::test {
-/// The backend of the shared device cases.
-struct Backend {
-  using Engine = ThrustEngine;
-  template <class Opt>
-  static DeviceOptimizer<Opt, Engine> optimizer(const typename Opt::Options& o) {
-    return DeviceOptimizer<Opt, Engine>(o);
-  }
-  template <class Dev>
-  static void before_step(Dev&) {}
-};
-}  // namespace matopt::test
-
-#define MATOPT_BACKEND "thrust backend"
 #include "device_cases.hpp"

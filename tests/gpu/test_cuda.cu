@@ -1,18 +1,18 @@
 // The CUDA backend (issue 4) against the Eigen backend. Needs an NVIDIA GPU to run (CTest label gpu; built
 // whenever nvcc is found; scripts/gpu-check.sh builds and runs it on a GPU machine).
 //
-// - every preset (Muon, MoonlightMuon, RMNP, ColNorm, OrScale) and the compositions of test_thrust.cpp with
-//   cuda::Engine against the host preset, both storage orders, float and double, odd shapes (1 x n, n x 1,
+// - the cases shared with the Thrust suite, on cuda::Engine (tests/device_step_cases.hpp): every preset (float
+//   and double) and the compositions (float) against the host, both storage orders, odd shapes (1 x n, n x 1,
 //   empty, and shapes that take each row-kernel path: warp, block and long rows, two-pass along and across),
-//   through tests/device_compare.hpp (W, the update, the policies' states, the momentum);
+//   through tests/device_compare.hpp (W, the update, the policies' states, the momentum); extreme magnitudes;
+//   non-finite gradient policies; bad input leaves W unchanged; and (tests/device_cases.hpp) ExactPolar,
+//   checkpoints moved between host and device, spectral diagnostics of device matrices, telemetry;
 // - SpectralCap (the cap firing and not) and Adaptive (every = 1, 2; a switch to Exact) against the host;
-// - the cases shared with test_thrust.cpp (tests/device_cases.hpp): ExactPolar, checkpoints moved between host
-//   and device, spectral diagnostics of device matrices;
 // - Newton–Schulz in FP32, TF32 and BF16 against the host NS in double, per-precision tolerances;
 // - orthogonalize_batched against a loop of single orthogonalize calls;
 // - engine scratch poisoned (NaN) before every run, and outputs poisoned before they are written;
-// - norms and finiteness checks at extreme magnitudes; non-finite gradient policies; bad input leaves W
-//   unchanged; CUDA and cuBLAS failures become cuda::Error; step allocates no device memory.
+// - norms and finiteness checks at extreme magnitudes; CUDA and cuBLAS failures become cuda::Error; step
+//   allocates no device memory.
 //
 // Tolerances of the Newton–Schulz products, relative Frobenius error of D against the host in double:
 //   FP32 1e-4 (as tests/test_orthogonalize.cpp for float); TF32 (10 explicit mantissa bits, unit roundoff
@@ -82,48 +82,14 @@ Eigen::MatrixXd from_device(const thrust::device_vector<T>& v, Index b, Index m,
   return out;
 }
 
-// ---- Optimizers against the host --------------------------------------------------------------------------
-
-/// `steps` steps of the host optimizer and of cuda::Optimizer on the same inputs, compared after every step
-/// (tests/device_compare.hpp: W, the update, the effective learning rate, the policies' states, the momentum),
-/// the engine's scratch poisoned before every step. The host reference runs once, on row-major Eigen matrices
-/// (the host's numbers do not depend on the storage order, spec §0, and one host instantiation per optimizer
-/// keeps this file's compile time down); the device runs on both storage orders.
-template <class Opt>
-matopt::test::DeviceDifferences compare_with_host(Index m, Index n, int steps, typename Opt::Options options = {},
-                                                  mc::Precision precision = mc::Precision::FP32,
-                                                  const matopt::test::GradientFn& gradient = {}) {
-  return matopt::test::compare_device_with_host<Opt, Eigen::RowMajor>(
-      m, n, steps, options, {Layout::RowMajor, Layout::ColMajor},
-      [precision](const typename Opt::Options& o) { return mc::Optimizer<Opt>(o, mc::Engine(precision)); },
-      [](mc::Optimizer<Opt>& dev) { dev.engine().poison_scratch(); }, gradient);
-}
-
-/// The Thrust suite's odd shapes, plus shapes that take each row-kernel path of the engine: rows of <= 256
-/// (a warp per row), <= 4096 (a block, registers), <= 8192 (1024 threads), longer (two-pass along: 3 and 20
-/// rows), and their transposes (column-major rows: two-pass across).
-const std::vector<std::pair<Index, Index>>& shapes() {
-  static const std::vector<std::pair<Index, Index>> s = {
-      {5, 7},  {7, 5},   {1, 6},     {6, 1},     {0, 4},     {4, 0},    {16, 16},  {9, 40},
-      {40, 9}, {24, 33}, {300, 300}, {64, 5000}, {5000, 64}, {3, 9000}, {9000, 3}, {20, 20000}};
-  return s;
-}
-
-template <class Opt>
-matopt::test::DeviceDifferences compare_all_shapes(typename Opt::Options options = {},
-                                                   const matopt::test::GradientFn& gradient = {},
-                                                   mc::Precision precision = mc::Precision::FP32) {
-  matopt::test::DeviceDifferences worst;
-  for (const auto& shape : shapes())
-    worst.merge(compare_with_host<Opt>(shape.first, shape.second, 3, options, precision, gradient));
-  return worst;
-}
-
 }  // namespace
 
+// ---- Optimizers against the host --------------------------------------------------------------------------
+
 namespace matopt::test {
-/// The backend of the shared device cases (tests/device_cases.hpp): FP32 products, scratch poisoned before
-/// every step.
+/// The backend of the shared device cases (tests/device_cases.hpp, tests/device_step_cases.hpp): FP32
+/// products, the engine's scratch poisoned before every step. The host reference runs once, on row-major
+/// Eigen matrices (tests/device_compare.hpp); the device runs on both storage orders.
 struct Backend {
   using Engine = cuda::Engine;
   template <class Opt>
@@ -134,58 +100,26 @@ struct Backend {
   static void before_step(Dev& dev) {
     dev.engine().poison_scratch();
   }
+  /// The Thrust suite's odd shapes, plus shapes that take each row-kernel path of the engine: rows of <= 256
+  /// (a warp per row), <= 4096 (a block, registers), <= 8192 (1024 threads), longer (two-pass along: 3 and
+  /// 20 rows), and their transposes (column-major rows: two-pass across).
+  static const std::vector<std::pair<Index, Index>>& shapes() {
+    static const std::vector<std::pair<Index, Index>> s = {
+        {5, 7},  {7, 5},   {1, 6},     {6, 1},     {0, 4},     {4, 0},    {16, 16},  {9, 40},
+        {40, 9}, {24, 33}, {300, 300}, {64, 5000}, {5000, 64}, {3, 9000}, {9000, 3}, {20, 20000}};
+    return s;
+  }
 };
 }  // namespace matopt::test
 
 #define MATOPT_BACKEND "cuda backend"
 #include "device_cases.hpp"
+// float only for the compositions: the kernels are the presets' (double is covered there); one more type
+// would double the host instantiations, the bulk of this file's compile time.
+#define MATOPT_COMPOSITION_TYPES float
+#include "device_step_cases.hpp"
 
-TEST_CASE_TEMPLATE("cuda backend: every preset equals the Eigen backend", T, float, double) {
-  SUBCASE("Muon") { compare_all_shapes<matopt::Muon<T>>(); }
-  SUBCASE("MoonlightMuon") { compare_all_shapes<matopt::MoonlightMuon<T>>(); }
-  SUBCASE("RMNP") { compare_all_shapes<matopt::RMNP<T>>(); }
-  SUBCASE("ColNorm") { compare_all_shapes<matopt::ColNorm<T>>(); }
-  SUBCASE("OrScale") { compare_all_shapes<matopt::OrScale<T>>(); }
-  SUBCASE("OrScale-LM (calibrated trust ratio, coupled decay)") {
-    typename matopt::OrScale<T>::Options o;
-    o.scaling.calibrate = true;
-    o.scaling.clip_min = 0.1;
-    o.scaling.clip_max = 5.0;
-    o.weight_decay = T(0.01);
-    compare_all_shapes<matopt::OrScale<T>>(o);
-  }
-}
-
-// float only: the kernels are the presets' (double is covered there); one more type would double the host
-// instantiations, the bulk of this file's compile time.
-TEST_CASE("cuda backend: compositions (Gram NS, plain NS, LARS, unfused normalization, sign)") {
-  using namespace matopt;
-  using T = float;
-  SUBCASE("Gram Newton-Schulz, forced") {
-    compare_all_shapes<Optimizer<T, Orthogonalize<GramNewtonSchulz<schedules::PolarExpress>>, Momentum<Sum, Nesterov>,
-                                 Static<shape::MuonOriginal>>>();
-  }
-  SUBCASE("plain Newton-Schulz on a strongly rectangular matrix, with weight decay") {
-    typename Muon<T>::Options o;
-    o.precondition.variant = NsVariant::Plain;
-    o.weight_decay = T(0.1);
-    compare_with_host<Muon<T>>(6, 50, 3, o);
-    compare_with_host<Muon<T>>(50, 6, 3, o);
-  }
-  SUBCASE("LARS trust ratio on row normalization (inverse_row_norms, scale_rows, norms), no Nesterov") {
-    using Opt = Optimizer<T, RowNormalize, Momentum<Ema, Plain>, TrustRatio<trust::Lars, shape::Unit>>;
-    typename Opt::Options o;
-    o.weight_decay = T(0.001);
-    compare_all_shapes<Opt>(o);
-  }
-  SUBCASE("column normalization with TrustRatio") {
-    compare_all_shapes<Optimizer<T, ColNormalize, Momentum<Sum, Nesterov>, TrustRatio<trust::OrScale, shape::Unit>>>();
-  }
-  SUBCASE("sign descent without momentum; identity with momentum") {
-    compare_all_shapes<Optimizer<T, Sign, NoMomentum, Static<shape::Unit>>>();
-    compare_all_shapes<Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<shape::Spectral>>>();
-  }
-}
+using matopt::test::cases::compare_all_shapes;
 
 TEST_CASE("cuda backend: Muon with TF32 and BF16 products stays close to the host") {
   for (const mc::Precision p : {mc::Precision::TF32, mc::Precision::BF16}) {
@@ -225,12 +159,11 @@ using matopt::test::rank_one_after_first;
 template <class Opt>
 matopt::test::DeviceDifferences compare_adaptive_shapes(typename Opt::Options options,
                                                         const matopt::test::GradientFn& gradient = {}) {
-  matopt::test::DeviceDifferences worst;
-  for (const auto& shape : std::vector<std::pair<Index, Index>>{{5, 7}, {7, 5}, {1, 6}, {6, 1}, {0, 4}, {4, 0},
-                                                                {16, 16}, {9, 40}, {40, 9}, {24, 33}, {300, 300},
-                                                                {64, 1000}, {1000, 64}})
-    worst.merge(compare_with_host<Opt>(shape.first, shape.second, 3, options, mc::Precision::FP32, gradient));
-  return worst;
+  return matopt::test::compare_on<matopt::test::Backend, Opt>(
+      options,
+      {{5, 7}, {7, 5}, {1, 6}, {6, 1}, {0, 4}, {4, 0}, {16, 16}, {9, 40}, {40, 9}, {24, 33}, {300, 300}, {64, 1000},
+       {1000, 64}},
+      gradient);
 }
 
 }  // namespace
@@ -517,117 +450,6 @@ TEST_CASE_TEMPLATE("cuda engine: norms and finiteness at extreme magnitudes", T,
   CHECK(std::isnan(e.norm(h)));
   CHECK(e.all_finite(matopt::detail::col_major(static_cast<const T*>(raw(v)), 0, 5)));
   CHECK(e.norm(matopt::detail::col_major(static_cast<const T*>(raw(v)), 0, 5)) == T(0));
-}
-
-TEST_CASE_TEMPLATE("cuda backend: extreme magnitudes and zero gradients give no NaN, on every row-kernel path", T,
-                   float, double) {
-  using Opt = matopt::RMNP<T>;
-  const double tiny = std::is_same_v<T, float> ? 1e-30 : 1e-200, huge = std::is_same_v<T, float> ? 1e30 : 1e200;
-  for (const auto& shape : {std::pair<Index, Index>{6, 9}, std::pair<Index, Index>{6, 300},
-                            std::pair<Index, Index>{4, 5000}, std::pair<Index, Index>{3, 9000}}) {
-    const Index m = shape.first, n = shape.second;
-    for (const double magnitude : {tiny, huge, 0.0}) {
-      CAPTURE(m);
-      CAPTURE(n);
-      CAPTURE(magnitude);
-      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {  // column-major: two-pass across
-        CAPTURE(int(layout));
-        const Eigen::MatrixXd w0 = matopt::test::randn(m, n, 3), g = matopt::test::randn(m, n, 4) * magnitude;
-        HostMat<T, Eigen::RowMajor> w = w0.cast<T>();
-        Opt host;
-        auto hs = host.make_state(w);
-        host.step(w, HostMat<T, Eigen::RowMajor>(g.cast<T>()), hs);
-        mc::Optimizer<Opt> dev;
-        thrust::device_vector<T> dw = to_device<T>(w0, 1, layout), dg = to_device<T>(g, 1, layout);
-        const matopt::DeviceMatrixView<T> wv{raw(dw), m, n, layout};
-        auto ds = dev.make_state(wv);
-        dev.engine().poison_scratch();
-        dev.step(wv, matopt::DeviceMatrixView<const T>{raw(dg), m, n, layout}, ds);
-        const Eigen::MatrixXd got = from_device(dw, 0, m, n, layout);
-        REQUIRE(got.allFinite());
-        CHECK(rel_error(got, w.template cast<double>()) <= 1e-6);
-      }
-    }
-  }
-  // Muon and OrScale on a zero gradient: W unchanged (Muon) and finite.
-  HostMat<T, Eigen::ColMajor> w = matopt::test::randn<HostMat<T, Eigen::ColMajor>>(5, 8, 5);
-  matopt::DeviceMatrix<T> dw(w), dg(5, 8, Layout::ColMajor);
-  mc::Optimizer<matopt::Muon<T>> muon;
-  auto s = muon.make_state(dw);
-  muon.step(dw, dg, s);
-  CHECK(rel_error(matopt::to_host(dw), w) == 0.0);
-  mc::Optimizer<matopt::OrScale<T>> orscale;
-  auto so = orscale.make_state(dw);
-  orscale.step(dw, dg, so);
-  CHECK(matopt::to_host(dw).allFinite());
-}
-
-TEST_CASE_TEMPLATE("cuda backend: non-finite gradients (throw, skip, zero) as on the host", T, float, double) {
-  using Opt = matopt::Muon<T>;
-  const Index m = 4, n = 6;
-  const HostMat<T, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(m, n, 7);
-  HostMat<T, Eigen::RowMajor> g = matopt::test::randn<HostMat<T, Eigen::RowMajor>>(m, n, 8);
-  g(1, 2) = std::numeric_limits<T>::quiet_NaN();
-  g(3, 0) = std::numeric_limits<T>::infinity();
-  const matopt::DeviceMatrix<T> dg(g);
-
-  SUBCASE("throw: error, W and state unchanged") {
-    mc::Optimizer<Opt> dev;
-    matopt::DeviceMatrix<T> dw(w0);
-    auto ds = dev.make_state(dw);
-    CHECK_THROWS_WITH_AS(dev.step(dw, dg, ds), doctest::Contains("non-finite"), std::invalid_argument);
-    CHECK(matopt::to_host(dw) == w0.template cast<T>());
-    CHECK(ds.steps == 0);
-    CHECK(thrust::count(ds.momentum.begin(), ds.momentum.end(), T(0)) == m * n);
-  }
-  SUBCASE("skip: counted, W unchanged") {
-    typename Opt::Options o;
-    o.non_finite = matopt::NonFinite::Skip;
-    mc::Optimizer<Opt> dev(o);
-    matopt::DeviceMatrix<T> dw(w0);
-    auto ds = dev.make_state(dw);
-    dev.step(dw, dg, ds);
-    CHECK(ds.skipped == 1);
-    CHECK(ds.steps == 0);
-    CHECK(matopt::to_host(dw) == w0.template cast<T>());
-  }
-  SUBCASE("zero: the host's zeroed step") {
-    typename Opt::Options o;
-    o.non_finite = matopt::NonFinite::Zero;
-    Opt host(o);
-    HostMat<T, Eigen::RowMajor> w = w0;
-    auto hs = host.make_state(w);
-    host.step(w, g, hs);
-    mc::Optimizer<Opt> dev(o);
-    matopt::DeviceMatrix<T> dw(w0);
-    auto ds = dev.make_state(dw);
-    dev.engine().poison_scratch();
-    dev.step(dw, dg, ds);
-    CHECK(ds.zeroed == 1);
-    CHECK(ds.steps == 1);
-    CHECK(rel_error(matopt::to_host(dw), w) <= 1e-6);
-  }
-}
-
-TEST_CASE("cuda backend: bad input names the parameter and shapes, and changes nothing") {
-  using Opt = matopt::RMNP<float>;
-  mc::Optimizer<Opt> dev;
-  const HostMat<float, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(3, 4, 1);
-  matopt::DeviceMatrix<float> dw(w0), g_wrong(4, 3), g_col(3, 4, Layout::ColMajor), other(2, 2), g_ok(3, 4);
-  auto ds = dev.make_state(dw);
-  CHECK_THROWS_WITH_AS(dev.step(dw, g_wrong, ds), doctest::Contains("G is 4x3 but W is 3x4"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(dev.step(dw, g_col, ds), doctest::Contains("column-major"), std::invalid_argument);
-  auto small = dev.make_state(other);
-  CHECK_THROWS_WITH_AS(dev.step(dw, g_ok, small), doctest::Contains("state was made for a 2x2"), std::invalid_argument);
-  CHECK_THROWS_WITH_AS(dev.step(matopt::DeviceMatrixView<float>{nullptr, 3, 4, Layout::RowMajor}, dw.view(), ds),
-                       doctest::Contains("null data"), std::invalid_argument);
-  dev.options().lr = -1.0f;
-  CHECK_THROWS_WITH_AS(dev.step(dw, g_ok, ds), doctest::Contains("lr"), std::invalid_argument);
-  CHECK(matopt::to_host(dw) == w0);
-  CHECK(ds.steps == 0);
-  Opt::Options bad;
-  bad.momentum = 1.5f;
-  CHECK_THROWS_WITH_AS((mc::Optimizer<Opt>(bad)), doctest::Contains("momentum"), std::invalid_argument);
 }
 
 namespace {

@@ -1,0 +1,196 @@
+#pragma once
+// Optimizer-step cases shared by the Thrust suite (tests/test_thrust.cpp: ThrustEngine, on Thrust's CPP/OMP
+// system, and on its CUDA system through tests/gpu/test_thrust_cuda.cu) and the CUDA suite
+// (tests/gpu/test_cuda.cu: cuda::Engine): every preset and the compositions against the host (through
+// tests/device_compare.hpp), extreme magnitudes and zero gradients, the non-finite policies, bad input.
+// The including file defines, before including this header:
+//   MATOPT_BACKEND             a string literal that starts every test name, as for tests/device_cases.hpp;
+//   MATOPT_COMPOSITION_TYPES   the scalar types of the compositions case (`float` or `float, double`);
+//   matopt::test::Backend      as for tests/device_cases.hpp (Engine, optimizer<Opt>, before_step), and
+//                                static const std::vector<std::pair<Index, Index>>& shapes();
+//                              the odd shapes (1 x n, n x 1, empty, tall, wide) and any of the engine's
+//                              kernel paths.
+
+#include <limits>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <thrust/count.h>
+
+#include <matopt/matopt.hpp>
+
+#include "device_compare.hpp"
+#include "test_support.hpp"
+
+namespace matopt::test::cases {
+
+/// Opt on the backend against the host on every shape of Backend::shapes().
+template <class Opt>
+DeviceDifferences compare_all_shapes(const typename Opt::Options& options = {}, const GradientFn& gradient = {}) {
+  return compare_on<Backend, Opt>(options, Backend::shapes(), gradient);
+}
+
+}  // namespace matopt::test::cases
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": every preset equals the Eigen backend", T, float, double) {
+  using matopt::test::cases::compare_all_shapes;
+  SUBCASE("Muon") { compare_all_shapes<matopt::Muon<T>>(); }
+  SUBCASE("MoonlightMuon") { compare_all_shapes<matopt::MoonlightMuon<T>>(); }
+  SUBCASE("RMNP") { compare_all_shapes<matopt::RMNP<T>>(); }
+  SUBCASE("ColNorm") { compare_all_shapes<matopt::ColNorm<T>>(); }
+  SUBCASE("OrScale") { compare_all_shapes<matopt::OrScale<T>>(); }
+  SUBCASE("OrScale-LM (calibrated trust ratio, coupled decay)") {
+    typename matopt::OrScale<T>::Options o;
+    o.scaling.calibrate = true;
+    o.scaling.clip_min = 0.1;
+    o.scaling.clip_max = 5.0;
+    o.weight_decay = T(0.01);
+    compare_all_shapes<matopt::OrScale<T>>(o);
+  }
+}
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": compositions (Gram NS, plain NS, LARS, unfused normalization, sign)", T,
+                   MATOPT_COMPOSITION_TYPES) {
+  using namespace matopt;
+  using test::cases::compare_all_shapes;
+  SUBCASE("Gram Newton-Schulz, forced") {
+    compare_all_shapes<Optimizer<T, Orthogonalize<GramNewtonSchulz<schedules::PolarExpress>>, Momentum<Sum, Nesterov>,
+                                 Static<shape::MuonOriginal>>>();
+  }
+  SUBCASE("plain Newton-Schulz on a strongly rectangular matrix, with weight decay") {
+    typename Muon<T>::Options o;
+    o.precondition.variant = NsVariant::Plain;
+    o.weight_decay = T(0.1);
+    test::compare_on<test::Backend, Muon<T>>(o, {{6, 50}, {50, 6}});
+  }
+  SUBCASE("LARS trust ratio on row normalization (the unfused path), no Nesterov") {
+    using Opt = Optimizer<T, RowNormalize, Momentum<Ema, Plain>, TrustRatio<trust::Lars, shape::Unit>>;
+    typename Opt::Options o;
+    o.weight_decay = T(0.001);
+    compare_all_shapes<Opt>(o);
+  }
+  SUBCASE("column normalization with TrustRatio") {
+    compare_all_shapes<Optimizer<T, ColNormalize, Momentum<Sum, Nesterov>, TrustRatio<trust::OrScale, shape::Unit>>>();
+  }
+  SUBCASE("sign descent without momentum; identity with momentum") {
+    compare_all_shapes<Optimizer<T, Sign, NoMomentum, Static<shape::Unit>>>();
+    compare_all_shapes<Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<shape::Spectral>>>();
+  }
+}
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": extreme magnitudes and zero gradients give no NaN", T, float, double) {
+  using namespace matopt;
+  using Opt = RMNP<T>;
+  // Squares of `tiny` underflow and of `huge` overflow. Rows of up to 256, 4096, 8192 and more elements: every
+  // row-kernel path of the CUDA engine; column-major storage takes the two-pass kernels across the lines.
+  const double tiny = std::is_same_v<T, float> ? 1e-30 : 1e-200, huge = std::is_same_v<T, float> ? 1e30 : 1e200;
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{6, 9}, {6, 300}, {4, 5000}, {3, 9000}}) {
+    const Index m = shape.first, n = shape.second;  // no structured bindings: CAPTURE's lambda captures them
+    for (const double magnitude : {tiny, huge, 0.0}) {
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(magnitude);
+      const Eigen::MatrixXd w0 = test::randn(m, n, 3), g = test::randn(m, n, 4) * magnitude;
+      Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> w = w0.cast<T>();
+      Opt host;
+      auto hs = host.make_state(w);
+      host.step(w, decltype(w)(g.cast<T>()), hs);
+      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+        CAPTURE(int(layout));
+        auto dev = test::Backend::template optimizer<Opt>({});
+        DeviceMatrix<T> dw = test::detail::device_copy<T>(w0, layout);
+        auto ds = dev.make_state(dw);
+        test::Backend::before_step(dev);
+        dev.step(dw, test::detail::device_copy<T>(g, layout), ds);
+        const Eigen::MatrixXd got = to_host(dw).template cast<double>();
+        REQUIRE(got.allFinite());
+        CHECK(test::rel_error(got, w.template cast<double>()) <= 1e-6);
+      }
+    }
+  }
+  // Muon and OrScale on a zero gradient: W unchanged (Muon) and finite.
+  const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> w = test::randn<Eigen::Matrix<T, -1, -1>>(5, 8, 5);
+  DeviceMatrix<T> dw(w), dg(5, 8, Layout::ColMajor);
+  auto muon = test::Backend::template optimizer<Muon<T>>({});
+  auto s = muon.make_state(dw);
+  test::Backend::before_step(muon);
+  muon.step(dw, dg, s);
+  CHECK(test::rel_error(to_host(dw), w) == 0.0);
+  auto orscale = test::Backend::template optimizer<OrScale<T>>({});
+  auto so = orscale.make_state(dw);
+  test::Backend::before_step(orscale);
+  orscale.step(dw, dg, so);
+  CHECK(to_host(dw).allFinite());
+}
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": non-finite gradients (throw, skip, zero) as on the host", T, float, double) {
+  using namespace matopt;
+  using Opt = Muon<T>;
+  using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Index m = 4, n = 6;
+  const HostMat w0 = test::randn<HostMat>(m, n, 7);
+  HostMat g = test::randn<HostMat>(m, n, 8);
+  g(1, 2) = std::numeric_limits<T>::quiet_NaN();
+  g(3, 0) = std::numeric_limits<T>::infinity();
+  const DeviceMatrix<T> dg(g);
+  typename Opt::Options o;
+  DeviceMatrix<T> dw(w0);
+
+  SUBCASE("throw: error, W and state unchanged") {
+    auto dev = test::Backend::template optimizer<Opt>(o);
+    auto ds = dev.make_state(dw);
+    test::Backend::before_step(dev);
+    CHECK_THROWS_WITH_AS(dev.step(dw, dg, ds), doctest::Contains("non-finite"), std::invalid_argument);
+    CHECK(to_host(dw) == w0);
+    CHECK(ds.steps == 0);
+    CHECK(thrust::count(ds.momentum.begin(), ds.momentum.end(), T(0)) == m * n);
+  }
+  SUBCASE("skip: counted, W unchanged") {
+    o.non_finite = NonFinite::Skip;
+    auto dev = test::Backend::template optimizer<Opt>(o);
+    auto ds = dev.make_state(dw);
+    test::Backend::before_step(dev);
+    dev.step(dw, dg, ds);
+    CHECK(ds.skipped == 1);
+    CHECK(ds.steps == 0);
+    CHECK(to_host(dw) == w0);
+  }
+  SUBCASE("zero: the host's zeroed step") {
+    o.non_finite = NonFinite::Zero;
+    Opt host(o);
+    HostMat w = w0;
+    auto hs = host.make_state(w);
+    host.step(w, g, hs);
+    auto dev = test::Backend::template optimizer<Opt>(o);
+    auto ds = dev.make_state(dw);
+    test::Backend::before_step(dev);
+    dev.step(dw, dg, ds);
+    CHECK(ds.zeroed == 1);
+    CHECK(ds.steps == 1);
+    CHECK(test::rel_error(to_host(dw), w) <= 1e-6);
+  }
+}
+
+TEST_CASE(MATOPT_BACKEND ": bad input names the parameter and shapes, and changes nothing") {
+  using namespace matopt;
+  using Opt = RMNP<float>;
+  auto dev = test::Backend::template optimizer<Opt>({});
+  const auto w0 = test::randn<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(3, 4, 1);
+  DeviceMatrix<float> dw(w0), g_wrong(4, 3), g_col(3, 4, Layout::ColMajor), other(2, 2), g_ok(3, 4);
+  auto ds = dev.make_state(dw);
+  CHECK_THROWS_WITH_AS(dev.step(dw, g_wrong, ds), doctest::Contains("G is 4x3 but W is 3x4"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(dev.step(dw, g_col, ds), doctest::Contains("column-major"), std::invalid_argument);
+  auto small = dev.make_state(other);
+  CHECK_THROWS_WITH_AS(dev.step(dw, g_ok, small), doctest::Contains("state was made for a 2x2"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(dev.step(DeviceMatrixView<float>{nullptr, 3, 4, Layout::RowMajor}, dw.view(), ds),
+                       doctest::Contains("null data"), std::invalid_argument);
+  dev.options().lr = -1.0f;
+  CHECK_THROWS_WITH_AS(dev.step(dw, g_ok, ds), doctest::Contains("lr"), std::invalid_argument);
+  CHECK(to_host(dw) == w0);
+  CHECK(ds.steps == 0);
+  Opt::Options bad;
+  bad.momentum = 1.5f;
+  CHECK_THROWS_WITH_AS(test::Backend::template optimizer<Opt>(bad), doctest::Contains("momentum"),
+                       std::invalid_argument);
+}
