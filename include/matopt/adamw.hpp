@@ -18,6 +18,22 @@
 #include "matopt/core/traits.hpp"
 
 namespace matopt {
+namespace detail {
+
+/// AdamW's scalars at step t (1-based): the bias corrections folded into the step size and the denominator,
+/// and the decoupled decay factor. Shared by AdamW::update and the device backends' element update.
+template <class T>
+struct AdamWCoefficients {
+  T beta1, beta2, eps, keep, step_size, inv_sqrt_bc2;
+  template <class Options>
+  static AdamWCoefficients at(const Options& o, std::int64_t t) {
+    const T bc1 = T(1) - T(std::pow(static_cast<double>(o.beta1), static_cast<double>(t)));
+    const T bc2 = T(1) - T(std::pow(static_cast<double>(o.beta2), static_cast<double>(t)));
+    return {o.beta1, o.beta2, o.eps, T(1) - o.lr * o.weight_decay, o.lr / bc1, T(1) / std::sqrt(bc2)};
+  }
+};
+
+}  // namespace detail
 
 template <class T>
 class AdamW {
@@ -135,18 +151,13 @@ class AdamW {
   template <class WMat, class GExpr>
   void update(WMat& w, const GExpr& g, State& state) const {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
-    const std::int64_t t = ++state.steps;
+    const auto k = detail::AdamWCoefficients<T>::at(options_, ++state.steps);
     using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
     Map m(state.m.data(), w.rows(), w.cols()), v(state.v.data(), w.rows(), w.cols());
-    const Options& o = options_;
-    const T bc1 = T(1) - T(std::pow(static_cast<double>(o.beta1), static_cast<double>(t)));
-    const T bc2 = T(1) - T(std::pow(static_cast<double>(o.beta2), static_cast<double>(t)));
-    const T step_size = o.lr / bc1;
-    const T inv_sqrt_bc2 = T(1) / std::sqrt(bc2);
-    m = o.beta1 * m + (T(1) - o.beta1) * g;
-    v = o.beta2 * v + (T(1) - o.beta2) * g.cwiseAbs2();
-    if (o.weight_decay != T(0)) w *= T(1) - o.lr * o.weight_decay;
-    w.array() -= step_size * m.array() / (v.array().sqrt() * inv_sqrt_bc2 + o.eps);
+    m = k.beta1 * m + (T(1) - k.beta1) * g;
+    v = k.beta2 * v + (T(1) - k.beta2) * g.cwiseAbs2();
+    if (options_.weight_decay != T(0)) w *= k.keep;
+    w.array() -= k.step_size * m.array() / (v.array().sqrt() * k.inv_sqrt_bc2 + k.eps);
   }
 
   Options options_;

@@ -33,17 +33,6 @@
 namespace matopt {
 namespace detail {
 
-/// AdamW's scalars at step t: AdamW::update's bias corrections, step size and decay factor.
-template <class T>
-struct AdamWCoefficients {
-  T beta1, beta2, eps, keep, step_size, inv_sqrt_bc2;
-  static AdamWCoefficients at(const typename AdamW<T>::Options& o, std::int64_t t) {
-    const T bc1 = T(1) - T(std::pow(static_cast<double>(o.beta1), static_cast<double>(t)));
-    const T bc2 = T(1) - T(std::pow(static_cast<double>(o.beta2), static_cast<double>(t)));
-    return {o.beta1, o.beta2, o.eps, T(1) - o.lr * o.weight_decay, o.lr / bc1, T(1) / std::sqrt(bc2)};
-  }
-};
-
 /// One AdamW element update (the host's expression, element by element); `zero` maps a non-finite g to 0.
 template <class T>
 struct AdamWOp {
