@@ -136,6 +136,14 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": non-finite gradients (throw, skip, zero) as
   const DeviceMatrix<T> dg(g);
   typename Opt::Options o;
   DeviceMatrix<T> dw(w0);
+  // One device step on dw with the options `o` as set by then; returns the state.
+  const auto device_step = [&] {
+    auto dev = test::Backend::template optimizer<Opt>(o);
+    auto ds = dev.make_state(dw);
+    test::Backend::before_step(dev);
+    dev.step(dw, dg, ds);
+    return ds;
+  };
 
   SUBCASE("throw: error, W and state unchanged") {
     auto dev = test::Backend::template optimizer<Opt>(o);
@@ -148,10 +156,7 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": non-finite gradients (throw, skip, zero) as
   }
   SUBCASE("skip: counted, W unchanged") {
     o.non_finite = NonFinite::Skip;
-    auto dev = test::Backend::template optimizer<Opt>(o);
-    auto ds = dev.make_state(dw);
-    test::Backend::before_step(dev);
-    dev.step(dw, dg, ds);
+    const auto ds = device_step();
     CHECK(ds.skipped == 1);
     CHECK(ds.steps == 0);
     CHECK(to_host(dw) == w0);
@@ -162,10 +167,7 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": non-finite gradients (throw, skip, zero) as
     HostMat w = w0;
     auto hs = host.make_state(w);
     host.step(w, g, hs);
-    auto dev = test::Backend::template optimizer<Opt>(o);
-    auto ds = dev.make_state(dw);
-    test::Backend::before_step(dev);
-    dev.step(dw, dg, ds);
+    const auto ds = device_step();
     CHECK(ds.zeroed == 1);
     CHECK(ds.steps == 1);
     CHECK(test::rel_error(to_host(dw), w) <= 1e-6);
