@@ -12,7 +12,8 @@ function(run)
   endif()
 endfunction()
 
-set(args -DMATOPT_MODE=${MODE} -DMATOPT_SOURCE_DIR=${SOURCE_DIR} -DCMAKE_BUILD_TYPE=Debug)
+set(args -DMATOPT_MODE=${MODE} -DMATOPT_SOURCE_DIR=${SOURCE_DIR} -DCMAKE_BUILD_TYPE=Debug
+         -DMATOPT_EXPECT_BLAS=${EXPECT_BLAS})
 if(MODE STREQUAL "install")
   run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
   list(APPEND args -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)

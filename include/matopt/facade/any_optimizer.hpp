@@ -250,4 +250,12 @@ AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {})
   detail::fail("matopt::make_optimizer", "unknown optimizer '", name, "' (known: ", optimizer_names, ")");
 }
 
+#if defined(MATOPT_RUNTIME_COMPILED)
+// Linked with matopt::runtime (src/runtime.cpp): the facade for float and double is compiled there, once.
+extern template class AnyOptimizer<float>;
+extern template class AnyOptimizer<double>;
+extern template AnyOptimizer<float> make_optimizer<float>(std::string_view, const Config&);
+extern template AnyOptimizer<double> make_optimizer<double>(std::string_view, const Config&);
+#endif
+
 }  // namespace matopt

@@ -32,6 +32,14 @@ enum class Role { Auto, Hidden, Vector, Embedding, Head };
 /// Which optimizer steps a parameter.
 enum class Route { Matrix, AdamW };
 
+namespace detail {
+/// The hybrid container's default AdamW (a function, so that matopt::runtime can compile it once).
+template <class T>
+AnyOptimizer<T> default_adamw() {
+  return AnyOptimizer<T>(AdamW<T>{});
+}
+}  // namespace detail
+
 template <class T>
 class HybridOptimizer {
  public:
@@ -51,7 +59,7 @@ class HybridOptimizer {
     std::optional<T> weight_decay;
   };
 
-  explicit HybridOptimizer(AnyOptimizer<T> matrix, AnyOptimizer<T> adamw = AnyOptimizer<T>(AdamW<T>{}),
+  explicit HybridOptimizer(AnyOptimizer<T> matrix, AnyOptimizer<T> adamw = detail::default_adamw<T>(),
                            Options options = {})
       : matrix_(std::move(matrix)), adamw_(std::move(adamw)), options_(options) {
     groups_.push_back({"default", T(1), std::nullopt});
@@ -317,6 +325,14 @@ class HybridOptimizer {
   std::vector<Param> params_;
   std::int64_t skipped_steps_ = 0;
 };
+
+#if defined(MATOPT_RUNTIME_COMPILED)
+// Linked with matopt::runtime (src/runtime.cpp): compiled there, once, for float and double.
+extern template class HybridOptimizer<float>;
+extern template class HybridOptimizer<double>;
+extern template AnyOptimizer<float> detail::default_adamw<float>();
+extern template AnyOptimizer<double> detail::default_adamw<double>();
+#endif
 
 /// Checkpoints of a HybridOptimizer (serialization/checkpoint.hpp's format): every parameter's name, route,
 /// optimizer state, the skipped-step count and, with `parameters`, the parameters' values. Atomic on write;

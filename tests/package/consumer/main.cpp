@@ -4,7 +4,18 @@
 
 #include <matopt/matopt.hpp>
 
+#if defined(MATOPT_USE_BLAS)
+constexpr bool uses_blas = true;
+#else
+constexpr bool uses_blas = false;
+#endif
+
 int main() {
+  if (uses_blas != bool(MATOPT_EXPECT_BLAS)) {
+    std::printf("GEMM engine: got %s, expected %s\n", uses_blas ? "BLAS" : "Eigen",
+                MATOPT_EXPECT_BLAS ? "BLAS" : "Eigen");
+    return 1;
+  }
   using Mat = matopt::RowMatrix<float>;
   Mat w = Mat::Zero(4, 8), g = Mat::Random(4, 8);
   matopt::RMNP<float> opt;
@@ -16,6 +27,6 @@ int main() {
       std::printf("row %ld has norm %g, expected 0.02\n", static_cast<long>(i), w.row(i).norm());
       return 1;
     }
-  std::printf("matopt %s consumer OK\n", matopt::version());
+  std::printf("matopt %s consumer OK (GEMM engine %s)\n", matopt::version(), uses_blas ? "BLAS" : "Eigen");
   return 0;
 }
