@@ -391,7 +391,8 @@ TEST_CASE_TEMPLATE("orthogonality_residual: constructed spectra and JacobiSVD (d
 }
 
 TEST_CASE_TEMPLATE("spectral_flatness: mean / max singular value and 2 ||G||_* / rank (diag)", T, float, double) {
-  const Eigen::VectorXd s = (Eigen::VectorXd(5) << 3.0, 1.0, 0.5, 0.25, 0.25).finished();
+  Eigen::VectorXd s(5);
+  s << 3.0, 1.0, 0.5, 0.25, 0.25;
   const Eigen::MatrixXd g = with_spectrum(5, 8, s, 41);
   both_orders<T>(g, [&](const auto& x) {
     const SpectralFlatness f = spectral_flatness(x);
@@ -428,7 +429,8 @@ TEST_CASE("exact-polar step on 1/2 ||W - W*||^2: the 2 ||G||_* / rank bound, mea
   // W* random, W0 = W* + E0 with a spread spectrum; G = W - W*.
   const Index m = 12, n = 8;
   const Eigen::MatrixXd w_star = randn(m, n, 5);
-  const Eigen::VectorXd s0 = (Eigen::VectorXd(8) << 3.0, 2.2, 1.5, 1.0, 0.6, 0.3, 0.15, 0.05).finished();
+  Eigen::VectorXd s0(8);
+  s0 << 3.0, 2.2, 1.5, 1.0, 0.6, 0.3, 0.15, 0.05;
   const Eigen::MatrixXd w0 = w_star + with_spectrum(m, n, s0, 6);
   const double bound = spectral_flatness(w0 - w_star).stable_lr_bound;
   CHECK(bound == doctest::Approx(2 * s0.sum() / 8).epsilon(1e-12));

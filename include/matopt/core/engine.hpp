@@ -1,8 +1,10 @@
 #pragma once
 // The dense products of Newton–Schulz, on contiguous matrices of either storage order (all operands of
 // one call in the same order), with the engine chosen at
-// configure time: Eigen's own (default) or BLAS (MATOPT_USE_BLAS: cblas sgemm/ssyrk and double versions,
-// e.g. Debian's OpenBLAS). Cost model and targets: shared/design/performance.md.
+// configure time (CMake MATOPT_GEMM_ENGINE: auto, the default, takes BLAS when one is found): Eigen's own or BLAS
+// (MATOPT_USE_BLAS: cblas sgemm/ssyrk and double versions, e.g. Debian's OpenBLAS; float GEMMs of at most
+// kBlasSmallFloatProduct multiply-adds still use Eigen's kernel). Cost model and targets:
+// shared/design/performance.md.
 //
 // Eigen engine: the products are cut into fixed tiles (kTile, never derived from the thread count), each
 // computed by one thread with Eigen's single-threaded kernels, so results are bitwise identical for any
@@ -155,19 +157,31 @@ void syrk_lower(T alpha, const DenseMap<T, Order>& a, T beta, DenseMap<T, Order>
 }
 
 /// C (m x n) <- alpha * A B + beta * C with A m x k, B k x n (beta == 0: C's old values ignored).
+/// Under the BLAS engine, float products of at most this many multiply-adds (m n k) use Eigen's kernel instead:
+/// OpenBLAS's small-matrix SGEMM kernel for AVX-512 CPUs (0.3.21, sgemm_small_kernel_*_SKYLAKEX, which it takes for
+/// m n k <= 100^3) mallocs a buffer on every call (measured: 1280 B at 40^3; 49,598 of 158,976 shapes up to 160^3
+/// allocated, all with m n k <= 999,922), and a step allocates nothing (tests/test_allocation.cpp). Eigen's kernel
+/// allocates nothing at these sizes.
+inline constexpr double kBlasSmallFloatProduct = 1e6;
+
 template <class T, int Order>
 void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T beta, DenseMap<T, Order>& c) {
   const Index m = a.rows(), n = b.cols(), k = a.cols();
 #if defined(MATOPT_USE_BLAS)
   const auto order = Order == Eigen::RowMajor ? CblasRowMajor : CblasColMajor;
   const int lda = int(a.outerStride()), ldb = int(b.outerStride()), ldc = int(c.outerStride());
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb, beta,
-                c.data(), ldc);
-  else
+  if constexpr (std::is_same_v<T, float>) {
+    if (double(m) * double(n) * double(k) > kBlasSmallFloatProduct) {
+      cblas_sgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb,
+                  beta, c.data(), ldc);
+      return;
+    }
+  } else {
     cblas_dgemm(order, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), alpha, a.data(), lda, b.data(), ldb, beta,
                 c.data(), ldc);
-#else
+    return;
+  }
+#endif
   (void)k;
   const Index mt = tiles::count(m), nt = tiles::count(n);
   parallel_for(mt * nt, [&](Index t) {
@@ -175,7 +189,6 @@ void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T b
     const Index r0 = tiles::begin(i), rn = tiles::size(i, m), c0 = tiles::begin(j), cn = tiles::size(j, n);
     product_tile(alpha, a.middleRows(r0, rn), b.middleCols(c0, cn), beta, c.block(r0, c0, rn, cn));
   });
-#endif
 }
 
 /// In the n x n column-major array c, copies the strictly lower triangle onto the strictly upper one
