@@ -31,11 +31,15 @@ class DeviceBuffer {
   }
   ~DeviceBuffer() { release(); }
 
-  /// Grows to at least `bytes` (contents are not kept); never shrinks.
+  /// Grows to at least `bytes` (contents are not kept); never shrinks. The new buffer is allocated before the old
+  /// one is freed, so a failed growth throws with the old buffer (and the scratch later steps rely on) intact; the
+  /// price is both buffers at once for a moment.
   void reserve(std::size_t bytes) {
     if (bytes <= bytes_) return;
+    void* grown = nullptr;
+    MATOPT_CUDA_CHECK(cudaMalloc(&grown, bytes));
     release();
-    MATOPT_CUDA_CHECK(cudaMalloc(&data_, bytes));
+    data_ = grown;
     bytes_ = bytes;
   }
   std::size_t bytes() const { return bytes_; }
