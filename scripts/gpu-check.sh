@@ -11,8 +11,8 @@
 # suite and the benchmark build and run (disjoint targets of one build tree); the benchmark runs before any test
 # so that nothing else uses the GPU while it times. Files in the results directory: ctest-gpu.log (every test's
 # output), bench_gpu.json (Google Benchmark, medians of 5 repetitions), bench_gpu.log, gpu_summary.txt,
-# build-thrust-suite.log. Exit status: non-zero if a build, a test or the benchmark failed; the table is printed
-# whenever the CUDA suite and the benchmark built.
+# build-thrust-suite.log, build-bench.log. Exit status: non-zero if a build, a test or the benchmark failed; the
+# table is printed whenever the CUDA suite built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${MATOPT_GPU_BUILD_DIR:-build-gpu}
@@ -26,13 +26,20 @@ mkdir -p "$out"
 
 cmake --build "$build" -j "$jobs" --target matopt_gpu_thrust_tests > "$out/build-thrust-suite.log" 2>&1 &
 thrust_build=$!
-cmake --build "$build" -j "$jobs" --target matopt_gpu_cuda_tests matopt_bench_gpu
+cmake --build "$build" -j "$jobs" --target matopt_gpu_cuda_tests
+# The benchmark needs Google Benchmark (libbenchmark-dev); without it (or if it fails to build) the tests still run.
+bench_rc=0
+cmake --build "$build" -j "$jobs" --target matopt_bench_gpu > "$out/build-bench.log" 2>&1 || bench_rc=$?
 t_build=$(date +%s)
 
-bench_rc=0
-MATOPT_GPU_SUMMARY="$out/gpu_summary.txt" "$build/bench/matopt_bench_gpu" \
-  --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
-  --benchmark_out="$out/bench_gpu.json" --benchmark_out_format=json > "$out/bench_gpu.log" 2>&1 || bench_rc=$?
+if [ "$bench_rc" -eq 0 ]; then
+  MATOPT_GPU_SUMMARY="$out/gpu_summary.txt" "$build/bench/matopt_bench_gpu" \
+    --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
+    --benchmark_out="$out/bench_gpu.json" --benchmark_out_format=json > "$out/bench_gpu.log" 2>&1 || bench_rc=$?
+else
+  echo "GPU benchmark not built (exit $bench_rc; see $out/build-bench.log): running the tests without it" |
+    tee "$out/bench_gpu.log"
+fi
 t_bench=$(date +%s)
 
 # The no-allocation test reads the device's free memory, so it runs alone; the rest in parallel. -V keeps every
@@ -40,8 +47,8 @@ t_bench=$(date +%s)
 test_rc=0
 run_ctest() { ctest --test-dir "$build" -L gpu -V --timeout 600 "$@" >> "$out/ctest-gpu.log" 2>&1 || test_rc=$?; }
 : > "$out/ctest-gpu.log"
-run_ctest -R "^gpu-cuda:.*allocates no device memory"
-run_ctest -R "^gpu-cuda:" -E "allocates no device memory" -j 8
+run_ctest -R "^gpu-cuda:.*allocates? no device memory"          # "step allocates ...", "steps allocate ..."
+run_ctest -R "^gpu-cuda:" -E "allocates? no device memory" -j 8
 thrust_rc=0
 wait "$thrust_build" || thrust_rc=$?
 if [ "$thrust_rc" -eq 0 ]; then

@@ -156,14 +156,14 @@ void syrk_lower(T alpha, const DenseMap<T, Order>& a, T beta, DenseMap<T, Order>
 #endif
 }
 
-/// C (m x n) <- alpha * A B + beta * C with A m x k, B k x n (beta == 0: C's old values ignored).
 /// Under the BLAS engine, float products of at most this many multiply-adds (m n k) use Eigen's kernel instead:
-/// OpenBLAS's small-matrix SGEMM kernel for AVX-512 CPUs (0.3.21, sgemm_small_kernel_*_SKYLAKEX, which it takes for
-/// m n k <= 100^3) mallocs a buffer on every call (measured: 1280 B at 40^3; 49,598 of 158,976 shapes up to 160^3
-/// allocated, all with m n k <= 999,922), and a step allocates nothing (tests/test_allocation.cpp). Eigen's kernel
-/// allocates nothing at these sizes.
+/// OpenBLAS's small-matrix SGEMM kernel for AVX-512 CPUs (0.3.21, sgemm_small_kernel_nn_SKYLAKEX) mallocs a buffer
+/// on every call (measured on an AVX-512 Xeon: 1280 B at 40^3; 49,598 of 158,976 shapes swept up to 160^3
+/// allocated, every one with m n k <= 999,922, i.e. below 100^3), and a step allocates nothing
+/// (tests/test_allocation.cpp). Eigen's kernel allocates nothing at these sizes.
 inline constexpr double kBlasSmallFloatProduct = 1e6;
 
+/// C (m x n) <- alpha * A B + beta * C with A m x k, B k x n (beta == 0: C's old values ignored).
 template <class T, int Order>
 void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T beta, DenseMap<T, Order>& c) {
   const Index m = a.rows(), n = b.cols(), k = a.cols();
