@@ -76,7 +76,9 @@ void check_no_allocation(Opt opt, Eigen::Index m, Eigen::Index n) {
 template <class Opt>
 void check_preset() {
   using T = typename Opt::Scalar;
-  for (auto [m, n] : {std::pair<Eigen::Index, Eigen::Index>{24, 56}, {56, 24}, {40, 40}, {8, 64}, {1, 33}}) {
+  for (const auto& mn : {std::pair<Eigen::Index, Eigen::Index>{24, 56}, {56, 24}, {40, 40}, {8, 64}, {1, 33}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
     check_no_allocation<Opt, matopt::RowMatrix<T>>(Opt{}, m, n);

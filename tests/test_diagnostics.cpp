@@ -100,7 +100,9 @@ void both_orders(const Eigen::MatrixXd& u, F&& f) {
 // Diagonal dominance
 
 TEST_CASE_TEMPLATE("diagonal_dominance matches a direct O(m^2 n) loop (diag)", T, float, double) {
-  for (auto [m, n] : {std::pair<Index, Index>{7, 12}, {12, 7}, {2, 3}, {9, 9}}) {
+  for (const auto& mn : {std::pair<Index, Index>{7, 12}, {12, 7}, {2, 3}, {9, 9}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
     // Values stored in T first, so the reference sees exactly what the function sees.
@@ -212,7 +214,9 @@ TEST_CASE_TEMPLATE("singular_value_quantiles: constructed spectra and JacobiSVD 
     CHECK(q[3] == doctest::Approx(4 * f).epsilon(100 * tol<T>()));
   });
   // Random tall and wide matrices against JacobiSVD computed here.
-  for (auto [m, n] : {std::pair<Index, Index>{13, 6}, {6, 13}}) {
+  for (const auto& mn : {std::pair<Index, Index>{13, 6}, {6, 13}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     const Eigen::MatrixXd r = randn(m, n, unsigned(m * n)).template cast<T>().template cast<double>();
     Eigen::VectorXd s = jacobi_singular_values(r);
     s /= r.norm();
@@ -297,7 +301,9 @@ TEST_CASE("plan_ns_steps: fewest steps whose threshold lies below the tracked qu
   const NsSchedule jordan = schedules::Jordan::schedule();
   // Jordan thresholds at tau 0.5: 4.36e-2 (2 steps), 1.27e-2 (3), 3.68e-3 (4), 1.07e-3 (5), 3.10e-4 (6).
   const std::pair<double, int> cases[] = {{0.05, 2}, {0.02, 3}, {2e-3, 5}, {1e-3, 6}, {5e-4, 6}, {2e-4, 7}};
-  for (auto [qmin, want] : cases) {
+  for (const auto& qminwant : cases) {
+    const auto qmin = qminwant.first;
+    const auto want = qminwant.second;
     CAPTURE(qmin);
     const double q = singular_value_quantiles(matrix_with_min(qmin), {0.0})[0];
     CHECK(q == doctest::Approx(qmin).epsilon(1e-9));
@@ -369,7 +375,9 @@ TEST_CASE_TEMPLATE("orthogonality_residual: constructed spectra and JacobiSVD (d
   const double t_tol = std::is_same_v<T, float> ? 1e-5 : 1e-8;  // sqrt(eigenvalue) precision (see header)
   const Eigen::VectorXd s = Eigen::VectorXd::LinSpaced(6, 0.7, 1.12);
   const double want_gram = std::sqrt((s.array().square() - 1).square().sum() / 6);
-  for (auto [m, n] : {std::pair<Index, Index>{6, 11}, {11, 6}}) {
+  for (const auto& mn : {std::pair<Index, Index>{6, 11}, {11, 6}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     const Eigen::MatrixXd o = with_spectrum(m, n, s, 31);
     both_orders<T>(o, [&](const auto& x) {
       const OrthogonalityResidual r = orthogonality_residual(x);

@@ -25,7 +25,9 @@ Constructed constructed(Index m, Index n, double smin, unsigned seed) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("many cubic / quintic NS steps converge to the exact polar factor", T, float, double) {
-  for (auto [m, n] : {std::pair<Index, Index>{12, 7}, {7, 12}, {9, 9}}) {
+  for (const auto& mn : {std::pair<Index, Index>{12, 7}, {7, 12}, {9, 9}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
     const Constructed c = constructed(m, n, 0.2, 7);
@@ -72,7 +74,9 @@ TEST_CASE_TEMPLATE("Jordan NS5 maps singular values into the published band and 
 }
 
 TEST_CASE_TEMPLATE("Gram Newton–Schulz equals plain Newton–Schulz", T, float, double) {
-  for (auto [m, n] : {std::pair<Index, Index>{8, 40}, {40, 8}, {12, 12}}) {
+  for (const auto& mn : {std::pair<Index, Index>{8, 40}, {40, 8}, {12, 12}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
     const auto u = randn<Eigen::MatrixXd>(m, n, 5).template cast<T>().eval();

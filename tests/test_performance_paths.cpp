@@ -50,7 +50,9 @@ void with_threads(int threads, F&& f) {
 
 TEST_CASE_TEMPLATE("tiled symmetric Newton–Schulz matches the plain reference", T, float, double) {
   // Shapes spanning several tiles (kTile = 256), tall and wide.
-  for (auto [m, n] : {std::pair<Index, Index>{300, 520}, {520, 300}, {40, 900}}) {
+  for (const auto& mn : {std::pair<Index, Index>{300, 520}, {520, 300}, {40, 900}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
     const Eigen::Matrix<T, -1, -1> u = randn(m, n, 3).template cast<T>();
@@ -78,7 +80,9 @@ TEST_CASE_TEMPLATE("fused normalization steps match the reference path", T, floa
     CHECK(rel_error(w, M(big.block(1, 1, m, n))) <= tol<T>());
     CHECK(fused_state.momentum == ref_state.momentum);  // the momentum update is exact in both paths
   };
-  for (auto [m, n] : {std::pair<Index, Index>{70, 333}, {333, 70}, {1, 50}, {50, 1}}) {
+  for (const auto& mn : {std::pair<Index, Index>{70, 333}, {333, 70}, {1, 50}, {50, 1}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
     compare(RMNP<T>{}, m, n, RowMat<T>());
@@ -98,7 +102,9 @@ TEST_CASE("results are bitwise identical for 1 and 2 threads") {
     });
     return w;
   };
-  for (auto [m, n] : {std::pair<Index, Index>{600, 280}, {280, 1100}}) {
+  for (const auto& mn : {std::pair<Index, Index>{600, 280}, {280, 1100}}) {
+    const auto m = mn.first;
+    const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
     CHECK(run(Muon<float>{}, RowMat<float>(), m, n, 1) == run(Muon<float>{}, RowMat<float>(), m, n, 2));

@@ -32,7 +32,9 @@ TEST_CASE("Jordan NS5: published scalar responses (KellerJordan/Muon)") {
   // Published to three decimals: allow half a unit of the last digit.
   const std::pair<double, double> published[] = {{1e-4, 0.048}, {1e-3, 0.471}, {1e-2, 0.699},
                                                  {0.1, 0.712},  {0.5, 0.765},  {1.0, 0.696}};
-  for (auto [x, y] : published) {
+  for (const auto& xy : published) {
+    const auto x = xy.first;
+    const auto y = xy.second;
     CAPTURE(x);
     CHECK(std::abs(j.response(x) - y) <= 5e-4);
   }
@@ -68,7 +70,9 @@ TEST_CASE("polar_express::optimal_composition reproduces the published table to 
 }
 
 TEST_CASE("optimal_quintic equioscillates (Remez) and beats the fixed-point quintic") {
-  for (auto [l, u] : {std::pair{0.01, 1.0}, std::pair{0.2, 1.0}, std::pair{0.05, 0.7}}) {
+  for (const auto& lu : {std::pair{0.01, 1.0}, std::pair{0.2, 1.0}, std::pair{0.05, 0.7}}) {
+    const auto l = lu.first;
+    const auto u = lu.second;
     CAPTURE(l);
     const NsCoefficients p = polar_express::optimal_quintic(l, u);
     // Extrema of p - 1 on [l, u]: the ends and the two interior critical points.
@@ -86,7 +90,9 @@ TEST_CASE("optimal_quintic equioscillates (Remez) and beats the fixed-point quin
 }
 
 TEST_CASE("CANS cubic: Chebyshev alternation on [l, u]") {
-  for (auto [l, u] : {std::pair{0.01, 1.0}, std::pair{0.3, 1.2}}) {
+  for (const auto& lu : {std::pair{0.01, 1.0}, std::pair{0.3, 1.2}}) {
+    const auto l = lu.first;
+    const auto u = lu.second;
     const NsCoefficients p = cans::optimal_cubic(l, u);
     CHECK(p.c == 0);
     const double x_star = std::sqrt(-p.a / (3 * p.b));

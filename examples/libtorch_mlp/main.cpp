@@ -1,7 +1,7 @@
 // matopt inside libtorch: a torch::nn MLP trained on Fashion-MNIST twice from the same initial weights,
-// (a) by matopt::HybridOptimizer (hidden matrices -> a Muon-family preset, biases and the output head ->
-//     AdamW), which updates the torch parameters in place through zero-copy Eigen::Map / MatrixView views
-//     of each tensor's own storage, and
+// (a) by matopt::TorchOptimizer (include/matopt/integration/libtorch.hpp: hidden matrices -> a Muon-family
+//     preset, biases and the output head -> AdamW), a torch::optim::Optimizer that steps the tensors' own
+//     storage in place, and
 // (b) by torch::optim::AdamW,
 // then prints each run's test accuracy and optimizer time. docs/integration.md walks through this file.
 //
@@ -32,56 +32,13 @@
 
 #include <torch/torch.h>
 
-#include <matopt/matopt.hpp>
+#include <matopt/integration/libtorch.hpp>
 
 #include "../common/fashion_mnist.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// ---- zero-copy views of torch tensors --------------------------------------------------------------
-
-/// The matrix matopt sees for a tensor: (out, in) for a Linear weight, (out, in*kh*kw) for a conv weight,
-/// a column of numel() entries for a bias or norm gain (one column: the same memory in either layout).
-std::pair<matopt::Index, matopt::Index> matrix_shape(const torch::Tensor& t) {
-  if (t.dim() <= 1) return {t.numel(), 1};
-  return {t.size(0), t.numel() / std::max<std::int64_t>(t.size(0), 1)};
-}
-
-/// A MatrixView over the tensor's own storage: no copy. T is float for parameters (matopt writes them)
-/// and const float for gradients. The tensor must be a contiguous float32 CPU tensor; anything else is an
-/// error, never a silent copy (an update written into a copy would be lost).
-template <class T>
-matopt::MatrixView<T> tensor_view(const torch::Tensor& t, const std::string& name) {
-  static_assert(std::is_same_v<std::remove_const_t<T>, float>, "the example trains float32 tensors");
-  if (!t.defined()) throw std::invalid_argument(name + ": tensor is undefined (no gradient yet?)");
-  if (t.scalar_type() != torch::kFloat32)
-    throw std::invalid_argument(name + ": tensor is " + std::string(c10::toString(t.scalar_type())) +
-                                ", matopt<float> needs float32");
-  if (!t.device().is_cpu())
-    throw std::invalid_argument(name + ": tensor is on " + t.device().str() + ", matopt's Eigen path needs CPU");
-  if (!t.is_contiguous())
-    throw std::invalid_argument(name + ": tensor " + c10::str(t.sizes()) + " with strides " +
-                                c10::str(t.strides()) +
-                                " is not contiguous; matopt views need contiguous row-major storage "
-                                "(make the parameter contiguous before registering it)");
-  using Mat = std::conditional_t<std::is_const_v<T>, const matopt::RowMatrix<float>, matopt::RowMatrix<float>>;
-  T* data = t.data_ptr<float>();
-  matopt::MatrixView<T> v;
-  if (t.dim() == 4) {  // conv weight (out, in, kh, kw): the 2-D view whose shape drives every scale factor
-    auto map = matopt::conv_weight_view(data, t.size(0), t.size(1), t.size(2), t.size(3));
-    v = matopt::view(map);
-  } else {
-    const auto [rows, cols] = matrix_shape(t);
-    Eigen::Map<Mat> map(data, rows, cols);  // row-major (out, in): PyTorch's own layout
-    v = matopt::view(map);
-  }
-  // Zero copy: the view points at the tensor's storage itself.
-  if (static_cast<const void*>(v.data) != t.data_ptr())
-    throw std::logic_error(name + ": view does not alias the tensor's storage");
-  return v;
-}
 
 // ---- the model -------------------------------------------------------------------------------------
 
@@ -99,55 +56,6 @@ struct MlpImpl : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, head{nullptr};
 };
 TORCH_MODULE(Mlp);
-
-// ---- matopt as the model's optimizer ---------------------------------------------------------------
-
-/// HybridOptimizer over a torch module's parameters. The module's tensors are registered once, by view;
-/// every step passes views of the current gradients in the same order.
-class MatoptTorchOptimizer {
- public:
-  MatoptTorchOptimizer(matopt::HybridOptimizer<float> opt, torch::nn::Module& model) : opt_(std::move(opt)) {
-    for (const auto& item : model.named_parameters()) {
-      const torch::Tensor& p = item.value();
-      // The output head goes to AdamW like the biases (spec §4); fc1 and fc2 are hidden matrices (Auto).
-      const bool is_head = item.key().rfind("head.", 0) == 0 && p.dim() >= 2;
-      opt_.add(item.key(), tensor_view<float>(p, item.key()), is_head ? matopt::Role::Head : matopt::Role::Auto);
-      params_.push_back(p);
-      data_.push_back(p.data_ptr());
-    }
-    matrix_lr_ = opt_.matrix_optimizer().lr();
-    adamw_lr_ = opt_.adamw().lr();
-  }
-
-  /// One step for every parameter; call after loss.backward(), while no autograd graph holds the
-  /// parameters (matopt writes through raw pointers, which does not bump torch's version counters).
-  void step() {
-    torch::NoGradGuard no_grad;
-    grads_.clear();
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const torch::Tensor& p = params_[i];
-      // Still the storage registered: a module.to(...) or set_data() since would leave a dangling view.
-      if (p.data_ptr() != data_[i]) throw std::logic_error(opt_.name(i) + ": parameter storage moved");
-      grads_.push_back(tensor_view<const float>(p.grad(), opt_.name(i) + ".grad"));
-    }
-    opt_.step(grads_);
-  }
-
-  /// Multiplies both routes' base lr by `factor` (> 0): the schedule.
-  void set_lr_factor(double factor) {
-    opt_.matrix_optimizer().set_lr(float(matrix_lr_ * factor));
-    opt_.adamw().set_lr(float(adamw_lr_ * factor));
-  }
-
-  const matopt::HybridOptimizer<float>& hybrid() const { return opt_; }
-
- private:
-  matopt::HybridOptimizer<float> opt_;
-  std::vector<torch::Tensor> params_;
-  std::vector<const void*> data_;
-  std::vector<matopt::MatrixView<const float>> grads_;
-  double matrix_lr_ = 0, adamw_lr_ = 0;
-};
 
 // ---- arguments -------------------------------------------------------------------------------------
 
@@ -283,9 +191,10 @@ void set_parameters(Mlp& model, const std::vector<torch::Tensor>& values) {
 
 /// A non-contiguous tensor must be refused with an error, not copied.
 void check_non_contiguous_is_refused() {
-  const auto t = torch::zeros({4, 3}).t();
+  torch::OrderedDict<std::string, torch::Tensor> params;
+  params.insert("transposed.weight", torch::zeros({4, 3}).t());
   try {
-    (void)tensor_view<float>(t, "transposed");
+    matopt::TorchOptimizer opt(params, "muon");
   } catch (const std::invalid_argument& e) {
     std::printf("check: non-contiguous tensor refused (%s)\n", e.what());
     return;
@@ -334,22 +243,23 @@ int run(const Args& a) {
   std::vector<torch::Tensor> initial;
   for (const auto& p : model->parameters()) initial.push_back(p.detach().clone());
 
-  // (a) matopt: the matrix preset by name, AdamW (torch's defaults) for biases and the head.
+  // (a) matopt: the matrix preset by name, AdamW (torch's defaults) for biases and the head. One line in place
+  // of torch::optim::AdamW; its param groups 0 (matrix) and 1 (AdamW) carry each route's lr.
   matopt::Config matrix_config;
   if (!a.lr.empty()) matrix_config["lr"] = a.lr;
-  matopt::AdamW<float>::Options adam;
-  adam.lr = float(a.adam_lr);
-  adam.beta2 = 0.999f;
-  adam.weight_decay = 0.01f;
-  MatoptTorchOptimizer mopt(matopt::HybridOptimizer<float>(matopt::make_optimizer<float>(a.optimizer, matrix_config),
-                                                           matopt::AnyOptimizer<float>(matopt::AdamW<float>(adam))),
-                            *model);
-  const auto& h = mopt.hybrid();
-  std::printf("\n(a) matopt::HybridOptimizer, matrix route %s:\n", a.optimizer.c_str());
-  for (std::size_t i = 0; i < h.size(); ++i)
-    std::printf("  %-12s -> %-6s effective lr %.4g\n", h.name(i).c_str(),
-                h.route(i) == matopt::Route::Matrix ? "matrix" : "AdamW", double(h.effective_lr(i)));
-  const RunResult ra = train(model, d, a, [&] { mopt.step(); }, [&](double f) { mopt.set_lr_factor(f); });
+  matopt::TorchOptions options;
+  options.adamw = {{"lr", std::to_string(a.adam_lr)}, {"beta2", "0.999"}, {"weight_decay", "0.01"}};
+  matopt::TorchOptimizer mopt(model->named_parameters(), a.optimizer, matrix_config, options);
+  std::printf("\n(a) matopt::TorchOptimizer, matrix route %s:\n", a.optimizer.c_str());
+  for (const auto& name : mopt.names())
+    std::printf("  %-12s -> %-6s effective lr %.4g\n", name.c_str(),
+                mopt.route(name) == matopt::Route::Matrix ? "matrix" : "AdamW", mopt.effective_lr(name));
+  std::vector<double> base_lr;
+  for (const auto& g : mopt.param_groups()) base_lr.push_back(g.options().get_lr());
+  const auto set_lr_factor = [&](torch::optim::Optimizer& opt, const std::vector<double>& base, double f) {
+    for (std::size_t g = 0; g < base.size(); ++g) opt.param_groups()[g].options().set_lr(base[g] * f);
+  };
+  const RunResult ra = train(model, d, a, [&] { mopt.step(); }, [&](double f) { set_lr_factor(mopt, base_lr, f); });
   for (std::size_t i = 0; i < initial.size(); ++i)  // updated in place: the same storage, new values
     if (model->parameters()[i].equal(initial[i])) throw std::logic_error("a parameter was not updated");
 
@@ -357,14 +267,10 @@ int run(const Args& a) {
   set_parameters(model, initial);
   torch::optim::AdamW adamw(model->parameters(), torch::optim::AdamWOptions(a.adam_lr).weight_decay(0.01));
   std::printf("\n(b) torch::optim::AdamW, lr %g:\n", a.adam_lr);
-  const RunResult rb = train(
-      model, d, a, [&] { adamw.step(); },
-      [&](double f) {
-        for (auto& g : adamw.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(a.adam_lr * f);
-      });
+  const RunResult rb = train(model, d, a, [&] { adamw.step(); }, [&](double f) { set_lr_factor(adamw, {a.adam_lr}, f); });
 
   std::printf("\n%-44s %14s %16s %12s\n", "run", "test accuracy", "optimizer time", "train time");
-  std::printf("%-44s %13.2f%% %14.2f s %10.2f s\n", ("(a) matopt hybrid (" + a.optimizer + " + AdamW)").c_str(),
+  std::printf("%-44s %13.2f%% %14.2f s %10.2f s\n", ("(a) matopt::TorchOptimizer (" + a.optimizer + " + AdamW)").c_str(),
               100 * ra.accuracy, ra.optimizer_s, ra.train_s);
   std::printf("%-44s %13.2f%% %14.2f s %10.2f s\n", "(b) torch::optim::AdamW", 100 * rb.accuracy, rb.optimizer_s,
               rb.train_s);

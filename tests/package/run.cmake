@@ -13,7 +13,7 @@ function(run)
 endfunction()
 
 set(args -DMATOPT_MODE=${MODE} -DMATOPT_SOURCE_DIR=${SOURCE_DIR} -DCMAKE_BUILD_TYPE=Debug
-         -DMATOPT_EXPECT_BLAS=${EXPECT_BLAS})
+         -DMATOPT_EXPECT_BLAS=${EXPECT_BLAS} -DMATOPT_EXPECT_TORCH=${EXPECT_TORCH})
 if(MODE STREQUAL "install")
   run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
   list(APPEND args -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)

@@ -51,8 +51,9 @@ class HybridOptimizer {
     /// non-finite entries in that parameter's step.
     NonFinite non_finite = NonFinite::Throw;
   };
-  /// A parameter group: its lr is the route's lr times lr_scale; weight_decay, if set, replaces the
-  /// route's. Group 0 ("default", scale 1, the route's decay) always exists.
+  /// A parameter group: its lr is the route's lr (or the group's own, set_group_lr) times lr_scale;
+  /// weight_decay, if set, replaces the route's. Group 0 ("default", scale 1, the route's lr and decay)
+  /// always exists.
   struct Group {
     std::string name;
     T lr_scale = T(1);
@@ -63,15 +64,27 @@ class HybridOptimizer {
                            Options options = {})
       : matrix_(std::move(matrix)), adamw_(std::move(adamw)), options_(options) {
     groups_.push_back({"default", T(1), std::nullopt});
+    group_lr_.emplace_back();
   }
 
   /// Adds a group and returns its index.
   std::size_t add_group(Group g) {
     validate_group(g);
     groups_.push_back(std::move(g));
+    group_lr_.emplace_back();
     return groups_.size() - 1;
   }
   Group& group(std::size_t g) { return groups_.at(g); }
+
+  /// A group's own lr in place of its route's (e.g. a torch param group's lr; std::nullopt: the route's).
+  void set_group_lr(std::size_t g, std::optional<T> lr) {
+    if (g >= groups_.size())
+      detail::fail("matopt::HybridOptimizer::set_group_lr", "group ", g, " does not exist (", groups_.size(),
+                   " groups)");
+    if (lr) detail::require_positive("matopt::HybridOptimizer::set_group_lr", "lr", *lr);
+    group_lr_[g] = lr;
+  }
+  std::optional<T> group_lr(std::size_t g) const { return group_lr_.at(g); }
 
   /// Registers a parameter (the data stays the caller's, and must outlive this optimizer's use of it);
   /// returns its index, the order step(grads) expects.
@@ -86,6 +99,20 @@ class HybridOptimizer {
     p.state = optimizer(route).make_state(param);
     params_.push_back(std::move(p));
     return params_.size() - 1;
+  }
+
+  /// Points parameter i at new storage of the same shape and layout (its values moved, e.g. a framework
+  /// reallocated the tensor); the state is kept. Telemetry names are looked up by storage: call
+  /// set_telemetry again after rebinding.
+  void rebind(std::size_t i, MatrixView<T> param) {
+    Param& p = this->param(i, "rebind");
+    if (param.rows != p.view.rows || param.cols != p.view.cols ||
+        !detail::same_layout(param.layout, p.view.layout, param.rows, param.cols))
+      detail::fail("matopt::HybridOptimizer::rebind", "parameter '", p.name, "' is ",
+                   detail::shape_string(p.view.rows, p.view.cols), " ", detail::layout_name(p.view.layout),
+                   " but the new storage is ", detail::shape_string(param.rows, param.cols), " ",
+                   detail::layout_name(param.layout));
+    p.view = param;
   }
 
   /// Steps parameter i with gradient g (same shape and layout as the parameter).
@@ -104,6 +131,7 @@ class HybridOptimizer {
     if (grads.size() != params_.size())
       detail::fail("matopt::HybridOptimizer::step", "got ", grads.size(), " gradients for ", params_.size(),
                    " parameters");
+    for (const Group& g : groups_) validate_group(g);  // groups are mutable through group()
     bool finite = true;
     for (std::size_t i = 0; i < params_.size(); ++i) finite = check_grad(params_[i], grads[i]) && finite;
     if (!finite && options_.non_finite == NonFinite::Skip) {
@@ -111,6 +139,29 @@ class HybridOptimizer {
       return;
     }
     for (std::size_t i = 0; i < params_.size(); ++i) step_one(params_[i], grads[i]);
+  }
+
+  /// Steps some parameters: parameter indices[k] with grads[k], in the order given (the others, e.g. those
+  /// without a gradient this step, are untouched). Everything is checked (indices distinct and in range,
+  /// shapes, finite values) before any parameter changes.
+  void step(const std::vector<std::size_t>& indices, const std::vector<MatrixView<const T>>& grads) {
+    constexpr const char* where = "matopt::HybridOptimizer::step";
+    if (grads.size() != indices.size())
+      detail::fail(where, "got ", grads.size(), " gradients for ", indices.size(), " parameter indices");
+    for (const Group& g : groups_) validate_group(g);
+    std::vector<bool> seen(params_.size(), false);
+    bool finite = true;
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      const Param& p = param(indices[k], "step");
+      if (seen[indices[k]]) detail::fail(where, "parameter '", p.name, "' (index ", indices[k], ") given twice");
+      seen[indices[k]] = true;
+      finite = check_grad(p, grads[k]) && finite;
+    }
+    if (!finite && options_.non_finite == NonFinite::Skip) {
+      ++skipped_steps_;
+      return;
+    }
+    for (std::size_t k = 0; k < indices.size(); ++k) step_one(params_[indices[k]], grads[k]);
   }
 
   /// Steps skipped for a non-finite gradient (Options::non_finite = Skip).
@@ -139,10 +190,14 @@ class HybridOptimizer {
   Role role(std::size_t i) const { return param(i, "role").role; }
 
   /// The lr parameter i's update uses: its route's effective lr (lr * s(m, n) for Static scaling, lr * r * s
-  /// for a trust ratio, lr for AdamW) times its group's lr_scale.
+  /// for a trust ratio, lr for AdamW) times its group's lr_scale; with a group lr, that lr in place of the
+  /// route's (to rounding: the route's effective lr is rescaled by group lr / route lr).
   T effective_lr(std::size_t i) const {
     const Param& p = param(i, "effective_lr");
-    return optimizer(p.route).effective_lr(p.state) * groups_[p.group].lr_scale;
+    const AnyOptimizer<T>& opt = optimizer(p.route);
+    const T lr = opt.effective_lr(p.state) * groups_[p.group].lr_scale;
+    const std::optional<T>& own = group_lr_[p.group];
+    return own ? lr * (*own / opt.lr()) : lr;
   }
 
   AnyOptimizer<T>& matrix_optimizer() { return matrix_; }
@@ -312,7 +367,8 @@ class HybridOptimizer {
         opt.set_non_finite(policy);
       }
     } restore{opt, lr, wd, policy};
-    opt.set_lr(lr * grp.lr_scale);
+    const std::optional<T>& own = group_lr_[p.group];
+    opt.set_lr((own ? *own : lr) * grp.lr_scale);
     if (grp.weight_decay) opt.set_weight_decay(*grp.weight_decay);
     opt.set_non_finite(options_.non_finite);
     opt.step(p.view, g, p.state);
@@ -322,6 +378,7 @@ class HybridOptimizer {
   AnyOptimizer<T> adamw_;
   Options options_;
   std::vector<Group> groups_;
+  std::vector<std::optional<T>> group_lr_;  ///< set_group_lr, per group
   std::vector<Param> params_;
   std::int64_t skipped_steps_ = 0;
 };

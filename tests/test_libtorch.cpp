@@ -1,0 +1,344 @@
+// matopt::TorchOptimizer (include/matopt/integration/libtorch.hpp): routing, bitwise agreement with
+// HybridOptimizer on the same views, the AdamW route against torch::optim::AdamW (an independent
+// implementation), param-group lr changes and libtorch's schedulers, save/load, refused tensors.
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <torch/optim/schedulers/step_lr.h>
+#include <torch/torch.h>
+
+#include <matopt/integration/libtorch.hpp>
+
+// libtorch's logging (glog) defines CHECK and CHECK_EQ etc.: doctest's, not glog's, from here on.
+#undef CHECK
+#undef CHECK_EQ
+#undef CHECK_NE
+#undef CHECK_LT
+#undef CHECK_LE
+#undef CHECK_GT
+#undef CHECK_GE
+#include <doctest/doctest.h>
+
+namespace {
+
+using matopt::Role;
+using matopt::Route;
+
+/// Embedding, hidden Linear, conv, norm and head: every routing rule.
+struct NetImpl : torch::nn::Module {
+  NetImpl() {
+    emb = register_module("emb", torch::nn::Embedding(10, 6));
+    fc1 = register_module("fc1", torch::nn::Linear(6, 8));
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(2, 3, 3)));
+    norm = register_module("norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({8})));
+    head = register_module("head", torch::nn::Linear(8, 4));
+  }
+  torch::nn::Embedding emb{nullptr};
+  torch::nn::Linear fc1{nullptr}, head{nullptr};
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::LayerNorm norm{nullptr};
+};
+TORCH_MODULE(Net);
+
+Net make_net(torch::ScalarType dtype, int seed) {
+  torch::manual_seed(seed);
+  Net net;
+  net->to(dtype);
+  return net;
+}
+
+/// Gradients for step k: the same values for every copy of the model.
+void set_grads(Net& net, int k) {
+  torch::NoGradGuard no_grad;
+  int i = 0;
+  for (auto& p : net->parameters()) {
+    torch::manual_seed(1000 * k + i++);
+    p.mutable_grad() = torch::randn(p.sizes(), p.options());
+  }
+}
+
+bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         std::memcmp(a.data_ptr(), b.data_ptr(), std::size_t(a.numel()) * a.element_size()) == 0;
+}
+
+std::vector<torch::Tensor> snapshot(Net& net) {
+  std::vector<torch::Tensor> v;
+  for (const auto& p : net->parameters()) v.push_back(p.detach().clone());
+  return v;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("TorchOptimizer routes like HybridOptimizer and steps the same bits on the same views", T, float,
+                   double) {
+  const auto dtype = std::is_same_v<T, float> ? torch::kFloat32 : torch::kFloat64;
+  Net net = make_net(dtype, 1);
+  matopt::TorchOptimizer opt(net->named_parameters(), "muon", {{"weight_decay", "0.01"}});
+  CHECK(opt.route("emb.weight") == Route::AdamW);
+  CHECK(opt.route("fc1.weight") == Route::Matrix);
+  CHECK(opt.route("fc1.bias") == Route::AdamW);
+  CHECK(opt.route("conv.weight") == Route::Matrix);  // (3, 2*3*3)
+  CHECK(opt.route("norm.weight") == Route::AdamW);
+  CHECK(opt.route("head.weight") == Route::AdamW);
+  REQUIRE(opt.param_groups().size() == 2);
+  CHECK(opt.param_groups()[0].params().size() == 2);
+  CHECK(opt.param_groups()[1].params().size() == 7);
+
+  // The reference: a HybridOptimizer over Eigen copies of the same values, the same roles.
+  using M = matopt::RowMatrix<T>;
+  matopt::HybridOptimizer<T> ref(matopt::make_optimizer<T>("muon", {{"weight_decay", "0.01"}}));
+  std::vector<M> w, g;
+  std::vector<std::string> names;
+  for (const auto& item : net->named_parameters()) {
+    const auto& t = item.value();
+    const auto rows = t.dim() <= 1 ? t.numel() : t.size(0);
+    M m = Eigen::Map<const M>(t.data_ptr<T>(), rows, t.numel() / rows);
+    w.push_back(m);
+    g.push_back(m);
+    names.push_back(item.key());
+  }
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const Role role = names[i] == "emb.weight" ? Role::Embedding : names[i].rfind("head.", 0) == 0 ? Role::Head : Role::Auto;
+    ref.add(names[i], matopt::view(w[i]), role);
+  }
+  for (int k = 0; k < 3; ++k) {
+    set_grads(net, k);
+    std::vector<matopt::MatrixView<const T>> gv;
+    std::size_t i = 0;
+    for (const auto& p : net->parameters()) {
+      g[i] = Eigen::Map<const M>(p.grad().data_ptr<T>(), w[i].rows(), w[i].cols());
+      gv.push_back(matopt::view(std::as_const(g[i])));
+      ++i;
+    }
+    opt.step();
+    ref.step(gv);
+  }
+  std::size_t i = 0;
+  for (const auto& item : net->named_parameters()) {
+    CAPTURE(item.key());
+    CHECK(std::memcmp(item.value().data_ptr<T>(), w[i].data(), std::size_t(w[i].size()) * sizeof(T)) == 0);
+    CHECK(opt.effective_lr(item.key()) == doctest::Approx(double(ref.effective_lr(i))).epsilon(1e-6));
+    ++i;
+  }
+}
+
+TEST_CASE_TEMPLATE("TorchOptimizer's AdamW route matches torch::optim::AdamW", T, float, double) {
+  const auto dtype = std::is_same_v<T, float> ? torch::kFloat32 : torch::kFloat64;
+  Net a = make_net(dtype, 2), b = make_net(dtype, 2);
+  matopt::TorchOptions o;
+  o.adamw = {{"lr", "1e-3"}, {"beta1", "0.9"}, {"beta2", "0.999"}, {"eps", "1e-8"}, {"weight_decay", "0.01"}};
+  matopt::TorchOptimizer ours(a->named_parameters(), "rmnp", {}, o);
+  std::vector<torch::Tensor> adamw_params;  // what ours routes to AdamW, as torch's optimizer's own params
+  for (const auto& item : b->named_parameters())
+    if (ours.route(item.key()) == Route::AdamW) adamw_params.push_back(item.value());
+  torch::optim::AdamW theirs(adamw_params, torch::optim::AdamWOptions(1e-3).betas({0.9, 0.999}).eps(1e-8).weight_decay(0.01));
+  for (int k = 0; k < 5; ++k) {
+    set_grads(a, k);
+    set_grads(b, k);
+    ours.step();
+    theirs.step();
+  }
+  // Five steps of 1e-3 from the same start: the two implementations differ by rounding only.
+  const double tol = std::is_same_v<T, float> ? 2e-7 : 1e-15;
+  const auto pb = b->named_parameters();
+  for (const auto& item : a->named_parameters()) {
+    if (ours.route(item.key()) != Route::AdamW) continue;
+    CAPTURE(item.key());
+    const double diff = (item.value() - pb[item.key()]).abs().max().item<double>();
+    CHECK(diff <= tol);
+    CHECK(!bitwise_equal(item.value(), make_net(dtype, 2)->named_parameters()[item.key()]));  // it moved
+  }
+}
+
+TEST_CASE("TorchOptimizer: a param group's lr change and libtorch's StepLR take effect") {
+  Net a = make_net(torch::kFloat64, 3), b = make_net(torch::kFloat64, 3);
+  matopt::TorchOptimizer oa(a->named_parameters(), "muon"), ob(b->named_parameters(), "muon");
+  set_grads(a, 0);
+  set_grads(b, 0);
+  oa.step();
+  ob.step();
+  const double lr = oa.param_groups()[0].options().get_lr();
+  CHECK(lr == doctest::Approx(0.02).epsilon(1e-7));
+  ob.param_groups()[0].options().set_lr(2 * lr);  // torch's own options: b's matrix route at twice the lr
+  const auto before = snapshot(a);
+  set_grads(a, 1);
+  set_grads(b, 1);
+  oa.step();
+  ob.step();
+  // Muon's update is lr * s(m, n) * O (weight decay 0): twice the lr, twice the change, to rounding.
+  const auto pa = a->named_parameters(), pb = b->named_parameters();
+  std::size_t i = 0;
+  for (const auto& item : pa) {
+    CAPTURE(item.key());
+    const auto da = item.value() - before[i], db = pb[item.key()] - before[i];
+    ++i;
+    if (oa.route(item.key()) == Route::Matrix)
+      CHECK((db - 2 * da).abs().max().item<double>() <= 1e-14);
+    else
+      CHECK(bitwise_equal(da, db));  // AdamW group untouched
+  }
+  CHECK(ob.effective_lr("fc1.weight") == doctest::Approx(2 * oa.effective_lr("fc1.weight")).epsilon(1e-12));
+
+  torch::optim::StepLR schedule(oa, /*step_size=*/1, /*gamma=*/0.5);
+  const double adam_lr = oa.param_groups()[1].options().get_lr();
+  schedule.step();  // libtorch's StepLR: the first step() is epoch 0 (lrs unchanged), each later one multiplies
+  CHECK(oa.param_groups()[0].options().get_lr() == lr);
+  schedule.step();
+  CHECK(oa.param_groups()[0].options().get_lr() == doctest::Approx(lr / 2).epsilon(1e-12));
+  CHECK(oa.param_groups()[1].options().get_lr() == doctest::Approx(adam_lr / 2).epsilon(1e-12));
+  CHECK(oa.effective_lr("emb.weight") == doctest::Approx(adam_lr / 2).epsilon(1e-7));
+
+  // lr 0 is not a matopt lr: refused at step, nothing changes.
+  oa.param_groups()[0].options().set_lr(0);
+  const auto kept = snapshot(a);
+  set_grads(a, 2);
+  CHECK(error_of([&] { oa.step(); }).find("param group 0: lr must be > 0") != std::string::npos);
+  for (std::size_t j = 0; j < kept.size(); ++j) CHECK(bitwise_equal(kept[j], a->parameters()[j]));
+}
+
+TEST_CASE("TorchOptimizer: torch::save and torch::load resume bitwise, and a mismatched archive changes nothing") {
+  Net a = make_net(torch::kFloat32, 4);
+  matopt::TorchOptimizer oa(a->named_parameters(), "orscale");
+  for (int k = 0; k < 2; ++k) {
+    set_grads(a, k);
+    oa.step();
+  }
+  oa.param_groups()[1].options().set_lr(5e-4);
+  std::stringstream model_bytes, opt_bytes;
+  torch::save(a, model_bytes);
+  torch::save(oa, opt_bytes);
+  for (int k = 2; k < 5; ++k) {
+    set_grads(a, k);
+    oa.step();
+  }
+
+  // Other weights and a fresh state, then the saved ones. torch::load gives the module's tensors new storage
+  // (Tensor::set_): the optimizer, built before, steps the new storage.
+  Net b = make_net(torch::kFloat32, 99);
+  matopt::TorchOptimizer ob(b->named_parameters(), "orscale");
+  const void* old_storage = b->fc1->weight.data_ptr();
+  torch::load(b, model_bytes);
+  torch::load(ob, opt_bytes);
+  CHECK(b->fc1->weight.data_ptr() != old_storage);
+  CHECK(ob.param_groups()[1].options().get_lr() == 5e-4);
+  for (int k = 2; k < 5; ++k) {
+    set_grads(b, k);
+    ob.step();
+  }
+  const auto pb = b->named_parameters();
+  for (const auto& item : a->named_parameters()) {
+    CAPTURE(item.key());
+    CHECK(bitwise_equal(item.value(), pb[item.key()]));
+  }
+
+  // Another optimizer's archive: refused with the reason, nothing restored.
+  Net c = make_net(torch::kFloat32, 5);
+  matopt::TorchOptimizer oc(c->named_parameters(), "muon");
+  opt_bytes.seekg(0);
+  CHECK_THROWS_WITH_AS(torch::load(oc, opt_bytes), doctest::Contains("was stepped by 'matopt::OrScale"),
+                       matopt::CheckpointError);
+  Net fresh = make_net(torch::kFloat32, 5);  // oc is still a fresh optimizer: it steps as one
+  matopt::TorchOptimizer of(fresh->named_parameters(), "muon");
+  for (int k = 0; k < 2; ++k) {
+    set_grads(c, k);
+    set_grads(fresh, k);
+    oc.step();
+    of.step();
+  }
+  const auto pf = fresh->named_parameters();
+  for (const auto& item : c->named_parameters()) CHECK(bitwise_equal(item.value(), pf[item.key()]));
+}
+
+TEST_CASE("TorchOptimizer refuses what it cannot step in place, naming the parameter, dtype, shape and strides") {
+  auto refused = [](torch::Tensor t) {
+    torch::OrderedDict<std::string, torch::Tensor> params;
+    params.insert("fc.weight", t);
+    return error_of([&] { matopt::TorchOptimizer opt(params, "muon"); });
+  };
+  const std::string transposed = refused(torch::zeros({4, 3}).t());
+  CHECK(transposed.find("'fc.weight' (Float, cpu, shape [3, 4], strides [1, 3])") != std::string::npos);
+  CHECK(transposed.find("not contiguous") != std::string::npos);
+  CHECK(refused(torch::zeros({4, 3}, torch::kHalf)).find("(Half, cpu, shape [4, 3], strides [3, 1]): matopt steps "
+                                                          "float32 and float64 tensors only") != std::string::npos);
+  CHECK(refused(torch::zeros({4, 3}, torch::kInt64)).find("float32 and float64") != std::string::npos);
+
+  torch::OrderedDict<std::string, torch::Tensor> mixed;
+  mixed.insert("a", torch::zeros({4, 3}));
+  mixed.insert("b", torch::zeros({4, 3}, torch::kFloat64));
+  CHECK(error_of([&] { matopt::TorchOptimizer opt(mixed, "muon"); }).find("one dtype") != std::string::npos);
+
+  // A gradient it cannot read in place: refused at step, every parameter and state unchanged.
+  Net net = make_net(torch::kFloat32, 6);
+  matopt::TorchOptimizer opt(net->named_parameters(), "muon");
+  set_grads(net, 0);
+  opt.step();
+  const auto kept = snapshot(net);
+  set_grads(net, 1);
+  net->fc1->weight.mutable_grad() = torch::zeros({6, 8}).t();  // right shape, transposed storage
+  const std::string e = error_of([&] { opt.step(); });
+  CHECK(e.find("gradient of 'fc1.weight' (Float, cpu, shape [8, 6], strides [1, 8])") != std::string::npos);
+  for (std::size_t j = 0; j < kept.size(); ++j) CHECK(bitwise_equal(kept[j], net->parameters()[j]));
+  CHECK(opt.hybrid<float>().effective_lr(0) > 0);
+}
+
+TEST_CASE("TorchOptimizer skips parameters without a gradient, runs the closure, and bumps version counters") {
+  Net net = make_net(torch::kFloat32, 7);
+  matopt::TorchOptimizer opt(net->named_parameters(), "rmnp");
+  set_grads(net, 0);
+  net->fc1->bias.mutable_grad() = torch::Tensor();  // no gradient this step
+  const auto bias = net->fc1->bias.detach().clone(), weight = net->fc1->weight.detach().clone();
+  const auto version = net->fc1->weight._version();
+  int calls = 0;
+  const auto loss = opt.step([&] {
+    ++calls;
+    return torch::ones({}) * 3;
+  });
+  CHECK(calls == 1);
+  CHECK(loss.item<float>() == 3);
+  CHECK(bitwise_equal(net->fc1->bias, bias));
+  CHECK(!bitwise_equal(net->fc1->weight, weight));
+  CHECK(net->fc1->weight._version() > version);
+  CHECK(net->fc1->bias._version() == net->fc1->bias._version());
+
+  // zero_grad is torch's own, over the same param groups.
+  opt.zero_grad();
+  for (const auto& p : net->parameters())
+    if (p.grad().defined()) CHECK(p.grad().abs().max().item<float>() == 0);
+}
+
+TEST_CASE("TorchOptimizer: explicit param groups with their own lr, and roles by name override the rules") {
+  Net net = make_net(torch::kFloat32, 8);
+  std::vector<matopt::TorchParamGroup> groups(2);
+  groups[0].params = {{"fc1.weight", net->fc1->weight}, {"conv.weight", net->conv->weight}};
+  groups[0].route = Route::Matrix;
+  groups[0].lr = 0.01;
+  groups[1].params = {{"fc1.bias", net->fc1->bias}};
+  groups[1].route = Route::AdamW;
+  matopt::TorchOptimizer opt(groups, "muon");
+  CHECK(opt.param_groups()[0].options().get_lr() == 0.01);
+  CHECK(opt.param_groups()[1].options().get_lr() == doctest::Approx(3e-4).epsilon(1e-6));  // AdamW's default
+
+  groups[1].params.push_back({"fc2.weight", net->fc1->weight.detach().clone()});
+  groups[0].params.push_back({"norm.weight", net->norm->weight});
+  CHECK(error_of([&] { matopt::TorchOptimizer bad(groups, "muon"); }).find("'norm.weight'") != std::string::npos);
+
+  matopt::TorchOptions o;
+  o.roles["head.weight"] = Role::Hidden;  // the head to the matrix optimizer, by name
+  o.role = [](const std::string& name, const torch::Tensor&) { return name == "emb.weight" ? Role::Hidden : Role::Auto; };
+  matopt::TorchOptimizer custom(net->named_parameters(), "muon", {}, o);
+  CHECK(custom.route("head.weight") == Route::Matrix);
+  CHECK(custom.route("emb.weight") == Route::Matrix);
+  CHECK(custom.route("head.bias") == Route::AdamW);
+}
