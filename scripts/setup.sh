@@ -2,12 +2,12 @@
 # Installs what matopt's build, tests, examples and benchmarks need, from Debian's packages.
 # Idempotent: runs apt-get only when something is missing. Needs root (or sudo).
 #   ./scripts/setup.sh          build, tests (both GEMM engines, sanitizers, fuzzing), examples (Fashion-MNIST
-#                               data, gnuplot, libtorch), benchmarks
+#                               data, the fortunes text, gnuplot, libtorch), benchmarks
 #   ./scripts/setup.sh bench    also PyTorch, for bench/compare.py and scripts/make_golden.py
 set -euo pipefail
 
 packages=(cmake make g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev
-          zlib1g-dev dataset-fashion-mnist gnuplot-nox libtorch-dev clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
+          zlib1g-dev dataset-fashion-mnist fortunes gnuplot-nox libtorch-dev clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 for group in "$@"; do
   case "$group" in
     bench) packages+=(python3-torch) ;;

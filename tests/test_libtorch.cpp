@@ -6,10 +6,13 @@
 #include <string>
 #include <vector>
 
+// First, and twice: the header is self-contained and guarded (it is not in matopt_header_check, which has no
+// libtorch include paths).
+#include <matopt/integration/libtorch.hpp>
+#include <matopt/integration/libtorch.hpp>
+
 #include <torch/optim/schedulers/step_lr.h>
 #include <torch/torch.h>
-
-#include <matopt/integration/libtorch.hpp>
 
 // libtorch's logging (glog) defines CHECK and CHECK_EQ etc.: doctest's, not glog's, from here on.
 #undef CHECK
@@ -333,6 +336,14 @@ TEST_CASE("TorchOptimizer: explicit param groups with their own lr, and roles by
   groups[1].params.push_back({"fc2.weight", net->fc1->weight.detach().clone()});
   groups[0].params.push_back({"norm.weight", net->norm->weight});
   CHECK(error_of([&] { matopt::TorchOptimizer bad(groups, "muon"); }).find("'norm.weight'") != std::string::npos);
+
+  // Two names over one storage (tied weights): stepped once, under its first name; both names are known.
+  torch::OrderedDict<std::string, torch::Tensor> tied;
+  tied.insert("emb.weight", net->fc1->weight);
+  tied.insert("out.weight", net->fc1->weight);
+  matopt::TorchOptimizer once(tied, "muon");
+  CHECK(once.names() == std::vector<std::string>{"emb.weight"});
+  CHECK(once.route("out.weight") == once.route("emb.weight"));
 
   matopt::TorchOptions o;
   o.roles["head.weight"] = Role::Hidden;  // the head to the matrix optimizer, by name

@@ -222,6 +222,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
     std::vector<Entry> entries;
     std::vector<TorchParamGroup> groups;  // routes and optional lr / weight decay; params unused
     torch::ScalarType dtype = torch::kFloat32;
+    std::vector<std::pair<std::string, std::string>> aliases;  // a tied weight's other name -> its first name
   };
   /// The matrix route: a preset by name, or a typed optimizer (wrapped).
   struct Matrix {
@@ -259,6 +260,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
         hybrid_);
     for (const Entry& e : p.entries) data_.push_back(e.tensor.numel() == 0 ? nullptr : e.tensor.data_ptr());
     for (std::size_t i = 0; i < names_.size(); ++i) index_[names_[i]] = i;
+    for (const auto& [alias, first] : p.aliases) index_[alias] = index_.at(first);
     for (const auto& g : p.groups) routes_.push_back(g.route);
     tensors_.reserve(p.entries.size());
     for (const Entry& e : p.entries) {
@@ -295,9 +297,20 @@ class TorchOptimizer : public torch::optim::Optimizer {
     std::vector<TorchParamGroup> groups(2);
     groups[0].route = Route::Matrix;
     groups[1].route = Route::AdamW;
+    std::map<const void*, std::size_t> group_of;  // tied weights follow their first name's route
     for (const auto& item : params) {
       const std::string& name = item.key();
       const torch::Tensor& t = item.value();
+      if (!t.defined()) {  // refused by plan(), with its name
+        groups[1].params.emplace_back(name, t);
+        continue;
+      }
+      if (t.numel() != 0) {
+        if (auto it = group_of.find(t.data_ptr()); it != group_of.end()) {
+          groups[it->second].params.emplace_back(name, t);
+          continue;
+        }
+      }
       Role role = Role::Auto;
       if (auto it = options.roles.find(name); it != options.roles.end()) role = it->second;
       else if (options.role) role = options.role(name, t);
@@ -308,6 +321,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
       const bool matrix = t.dim() >= 2 && (role == Role::Hidden || (role == Role::Embedding && !options.embeddings_to_adamw) ||
                                            (role == Role::Head && !options.heads_to_adamw));
       groups[matrix ? 0 : 1].params.emplace_back(name, t);
+      if (t.numel() != 0) group_of[t.data_ptr()] = matrix ? 0 : 1;
     }
     return groups;
   }
@@ -343,7 +357,10 @@ class TorchOptimizer : public torch::optim::Optimizer {
           detail::fail(where, what, ": in a param group routed to the matrix optimizer, which takes tensors of two or "
                                     "more dimensions (route vectors to AdamW)");
         if (t.numel() != 0) {  // the same storage under two names (tied weights) is stepped once, by its first name
-          if (seen.count(t.data_ptr())) continue;
+          if (auto it = seen.find(t.data_ptr()); it != seen.end()) {
+            p.aliases.emplace_back(name, it->second);
+            continue;
+          }
           seen[t.data_ptr()] = name;
         }
         p.entries.push_back({name, t, groups[g].route == Route::Matrix ? Role::Hidden : Role::Vector, g});
