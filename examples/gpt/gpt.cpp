@@ -481,8 +481,8 @@ void run_gnuplot(const std::filesystem::path& dir, const std::string& script) {
 void write_plots(const std::filesystem::path& dir, const std::vector<RunResult>& runs, const std::string& title) {
   std::ofstream f(dir / "plots.gp");
   f << "# written by gpt; run inside this directory: gnuplot plots.gp\n"
-       "set datafile separator ','\nset key outside right\nset grid\n"
-       "set terminal pngcairo size 900,520 font ',10'\n";
+       "set datafile separator ','\nset key outside right\nset grid\nset termoption noenhanced\n"
+       "set terminal pngcairo size 900,520 font ',10' noenhanced\n";
   auto curves = [&](const std::string& using_) {
     std::string s;
     for (std::size_t i = 0; i < runs.size(); ++i)
@@ -499,7 +499,7 @@ void write_plots(const std::filesystem::path& dir, const std::vector<RunResult>&
     << curves("4:3") << "unset logscale x\n";
   for (const auto& r : runs) {
     if (r.dominance.empty()) continue;
-    f << "set output 'dominance_" << r.optimizer << ".png'\nset terminal pngcairo size 1200,420 font ',10'\n"
+    f << "set output 'dominance_" << r.optimizer << ".png'\nset terminal pngcairo size 1200,420 font ',10' noenhanced\n"
       << "set multiplot layout 1,3 title 'diagonal dominance of U U^T per layer type, " << r.optimizer << " ("
       << title << ")'\nset xlabel 'step'\n";
     for (const auto& [col, label] : {std::pair{2, "r_min"}, std::pair{3, "r_avg"}, std::pair{4, "r_max"}}) {
@@ -509,7 +509,7 @@ void write_plots(const std::filesystem::path& dir, const std::vector<RunResult>&
           << " with lines title '" << kTypes[i] << "' lc " << i + 1;
       f << ", 1 with lines dt 2 lc black notitle\n";
     }
-    f << "unset multiplot\nset terminal pngcairo size 900,520 font ',10'\n";
+    f << "unset multiplot\nset terminal pngcairo size 900,520 font ',10' noenhanced\n";
   }
 }
 
@@ -531,7 +531,7 @@ void write_sweep(const std::filesystem::path& dir, const std::vector<std::vector
   }
   std::ofstream f(dir / "sweep.gp");
   f << "# written by gpt --sweep; run inside this directory: gnuplot sweep.gp\n"
-       "set datafile separator ','\nset grid\nset terminal pngcairo size 1000,420 font ',10'\n"
+       "set datafile separator ','\nset grid\nset terminal pngcairo size 1000,420 font ',10' noenhanced\n"
        "set output 'sweep.png'\nset multiplot layout 1,2\nset logscale x 2\nset xlabel 'd_model'\n"
        "set title 'mean r_avg of U U^T (all hidden matrices, end of training)'\n"
        "plot 'sweep_gap.csv' every ::1 using 1:3 with linespoints title 'muon', '' every ::1 using 1:4 with "
