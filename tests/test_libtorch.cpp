@@ -294,6 +294,17 @@ TEST_CASE("TorchOptimizer refuses what it cannot step in place, naming the param
   CHECK(e.find("gradient of 'fc1.weight' (Float, cpu, shape [8, 6], strides [1, 8])") != std::string::npos);
   for (std::size_t j = 0; j < kept.size(); ++j) CHECK(bitwise_equal(kept[j], net->parameters()[j]));
   CHECK(opt.hybrid<float>().effective_lr(0) > 0);
+
+  // A parameter whose storage became another dtype since construction: refused at step, nothing changed.
+  set_grads(net, 2);
+  {
+    torch::NoGradGuard no_grad;
+    net->fc1->weight.set_data(torch::zeros({8, 6}, torch::kFloat64));
+  }
+  const auto kept2 = snapshot(net);
+  CHECK(error_of([&] { opt.step(); }).find("'fc1.weight' (Double, cpu, shape [8, 6], strides [6, 1]) changed since the "
+                                           "optimizer was built") != std::string::npos);
+  for (std::size_t j = 0; j < kept2.size(); ++j) CHECK(bitwise_equal(kept2[j], net->parameters()[j]));
 }
 
 TEST_CASE("TorchOptimizer skips parameters without a gradient, runs the closure, and bumps version counters") {
