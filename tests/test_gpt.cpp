@@ -11,15 +11,7 @@
 #include "gpt/corpus.hpp"
 #include "gpt/model.hpp"
 
-// libtorch's logging (glog) defines CHECK and CHECK_EQ etc.: doctest's, not glog's, from here on.
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_after_torch.hpp"
 
 namespace fs = std::filesystem;
 

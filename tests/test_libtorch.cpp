@@ -14,15 +14,7 @@
 #include <torch/optim/schedulers/step_lr.h>
 #include <torch/torch.h>
 
-// libtorch's logging (glog) defines CHECK and CHECK_EQ etc.: doctest's, not glog's, from here on.
-#undef CHECK
-#undef CHECK_EQ
-#undef CHECK_NE
-#undef CHECK_LT
-#undef CHECK_LE
-#undef CHECK_GT
-#undef CHECK_GE
-#include <doctest/doctest.h>
+#include "doctest_after_torch.hpp"
 
 namespace {
 
