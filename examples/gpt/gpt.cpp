@@ -30,15 +30,12 @@
 #include <unistd.h>
 #include <vector>
 
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
 #include <torch/torch.h>
 
 #include <matopt/diagnostics.hpp>
 #include <matopt/integration/libtorch.hpp>
 
+#include "../common/torch_threads.hpp"
 #include "corpus.hpp"
 #include "model.hpp"
 
@@ -541,14 +538,7 @@ void write_sweep(const std::filesystem::path& dir, const std::vector<std::vector
 }
 
 int run(Args a) {
-  if (a.threads > 0) torch::set_num_threads(a.threads);
-  const int torch_threads = torch::get_num_threads();
-#if defined(_OPENMP)
-  if (a.threads > 0) omp_set_num_threads(a.threads);
-  const int omp_threads = omp_get_max_threads();
-#else
-  const int omp_threads = 1;
-#endif
+  const examples::Threads threads = examples::set_threads(a.threads);
   const std::string dir = a.data.empty() ? gpt::default_fortunes_dir() : a.data;
   gpt::Corpus corpus;
   try {
@@ -559,7 +549,7 @@ int run(Args a) {
   }
   Data d{bytes_tensor(corpus.train()), bytes_tensor(corpus.validation())};
   std::printf("matopt %s, libtorch %s; threads: libtorch %d, matopt (OpenMP) %d\n", matopt::version(), TORCH_VERSION,
-              torch_threads, omp_threads);
+              threads.torch, threads.openmp);
   std::printf("text: %zu files from %s, %zu bytes (%lld training, %lld validation)\n", corpus.files.size(),
               dir.c_str(), corpus.text.size(), static_cast<long long>(d.train.size(0)),
               static_cast<long long>(d.val.size(0)));

@@ -26,15 +26,12 @@
 #include <utility>
 #include <vector>
 
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
 #include <torch/torch.h>
 
 #include <matopt/integration/libtorch.hpp>
 
 #include "../common/fashion_mnist.hpp"
+#include "../common/torch_threads.hpp"
 
 namespace {
 
@@ -203,18 +200,9 @@ void check_non_contiguous_is_refused() {
 }
 
 int run(const Args& a) {
-  // libtorch and matopt share Debian's libgomp. libtorch's first parallel call sets OpenMP's thread count
-  // to libtorch's own default, so read or set libtorch's count first, then OpenMP's.
-  if (a.threads > 0) torch::set_num_threads(a.threads);
-  const int torch_threads = torch::get_num_threads();
-#if defined(_OPENMP)
-  if (a.threads > 0) omp_set_num_threads(a.threads);
-  const int omp_threads = omp_get_max_threads();
-#else
-  const int omp_threads = 1;
-#endif
+  const examples::Threads threads = examples::set_threads(a.threads);
   std::printf("matopt %s, libtorch %s; threads: libtorch %d, matopt (OpenMP) %d\n", matopt::version(),
-              TORCH_VERSION, torch_threads, omp_threads);
+              TORCH_VERSION, threads.torch, threads.openmp);
   check_non_contiguous_is_refused();
 
   const std::string dir = a.data.empty() ? fmnist::default_dir() : a.data;

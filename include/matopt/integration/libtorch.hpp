@@ -107,7 +107,6 @@ MatrixView<T> torch_view(const Tensor& t) {
   const Index rows = t.dim() <= 1 ? Index(t.numel()) : Index(t.size(0));
   const Index cols = t.dim() <= 1 ? 1 : (rows == 0 ? Index(0) : Index(t.numel()) / rows);
   T* data = t.numel() == 0 ? nullptr : static_cast<T*>(t.template data_ptr<Plain>());
-  if (t.dim() <= 1 && t.numel() == 0) return MatrixView<T>{data, 0, 1, Layout::RowMajor};
   return MatrixView<T>{data, rows, cols, Layout::RowMajor};
 }
 
