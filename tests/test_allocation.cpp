@@ -102,7 +102,12 @@ TEST_CASE_TEMPLATE("step allocates nothing after make_state", T, float, double) 
   check_preset<matopt::RMNP<T>>();
   check_preset<matopt::ColNorm<T>>();
   check_preset<matopt::OrScale<T>>();
+  check_preset<matopt::NorMuon<T>>();
+  check_preset<matopt::AdaMuon<T>>();
+  check_preset<matopt::NAMO<T>>();  // (PolarGrad's exact SVD allocates: not here)
+  check_preset<matopt::TurboMuon<T>>();
   check_preset<matopt::AdamW<T>>();
+  check_preset<matopt::Lion<T>>();
   using Gram = matopt::Optimizer<T, matopt::Orthogonalize<matopt::GramNewtonSchulz<>>, matopt::Momentum<matopt::Sum>,
                                  matopt::Static<>>;
   check_preset<Gram>();

@@ -70,6 +70,13 @@ class Golden {
     static const Golden g(MATOPT_GOLDEN_FILE);
     return g;
   }
+#if defined(MATOPT_GOLDEN_VARIANTS_FILE)
+  /// Written by scripts/make_golden_variants.py.
+  static const Golden& variants() {
+    static const Golden g(MATOPT_GOLDEN_VARIANTS_FILE);
+    return g;
+  }
+#endif
   const Eigen::MatrixXd& operator[](const std::string& name) const {
     auto it = data_.find(name);
     if (it == data_.end()) throw std::runtime_error("golden data has no matrix '" + name + "'");

@@ -53,6 +53,26 @@ TEST_CASE("thrust backend: a non-owning view of a framework's buffer, and a work
   CHECK(rel_error(matopt::to_host(w), hw) <= 1e-6);
 }
 
+TEST_CASE("thrust backend: host-only options (cautious decay, ns_aol, heads) are refused, nothing written") {
+  using Opt = matopt::Muon<float>;
+  thrust::device_vector<float> wbuf(6 * 4, 0.5f), gbuf(6 * 4, 1.0f);
+  const matopt::DeviceMatrixView<float> w{thrust::raw_pointer_cast(wbuf.data()), 6, 4, Layout::RowMajor};
+  const matopt::DeviceMatrixView<const float> gv{thrust::raw_pointer_cast(gbuf.data()), 6, 4, Layout::RowMajor};
+  Opt::Options cautious;
+  cautious.scaling.weight_decay_method = matopt::WeightDecay::Cautious;
+  CHECK_THROWS_WITH_AS((matopt::DeviceOptimizer<Opt, matopt::ThrustEngine>(cautious)), doctest::Contains("cautious"),
+                       std::invalid_argument);
+  matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev;
+  auto ds = dev.make_state(w);
+  dev.options().precondition.schedule.aol = true;
+  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains("ns_aol"), std::invalid_argument);
+  dev.options().precondition.schedule.aol = false;
+  dev.options().precondition.heads = 2;
+  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains("heads"), std::invalid_argument);
+  CHECK(matopt::to_host(w) == HostMat<float, Eigen::ColMajor>::Constant(6, 4, 0.5f));
+  CHECK(ds.steps == 0);
+}
+
 TEST_CASE_TEMPLATE("thrust backend: diagonal dominance of a device matrix equals the host's", T, float, double) {
   const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
   for (const auto& shape : std::vector<std::pair<Index, Index>>{{6, 20}, {20, 6}, {1, 5}, {8, 8}}) {

@@ -56,7 +56,8 @@ double ms_since(Clock::time_point t0) {
 // ---------------------------------------------------------------------------------------------------
 // Command line
 
-const char* const kKnown[] = {"muon", "rmnp", "colnorm", "orscale", "adamw"};
+const char* const kKnown[] = {"muon",      "rmnp",       "colnorm", "orscale", "normuon", "adamuon",
+                              "namo",      "polargrad",  "turbo_muon", "dion",  "adamw"};
 
 // The matrix route's lr per optimizer: the presets' published 0.02 for Muon (KellerJordan/Muon) and OrScale;
 // 0.01 for ColNorm and 0.005 for RMNP, where the PyTorch reference runs of this MLP did best (and RMNP did
@@ -66,6 +67,8 @@ double default_lr(const std::string& name) {
   if (name == "colnorm") return 0.01;
   if (name == "rmnp") return 0.005;
   if (name == "adamw") return 1e-3;
+  if (name == "namo") return 1e-3;  // the preset's (an AdamW-like update RMS)
+  if (name == "dion") return 0.01;  // the preset's (dion's)
   return 0.02;
 }
 
@@ -92,7 +95,9 @@ struct Args {
   std::fprintf(stderr,
                "fashion_mnist: %s\n"
                "usage: fashion_mnist [--hidden H] [--depth D] [--epochs N] [--batch B] [--seed S] [--limit N]\n"
-               "                     [--optimizers muon,rmnp,colnorm,orscale,adamw] [--lr name=value,...]\n"
+               "                     [--optimizers muon,rmnp,colnorm,orscale,adamw (also normuon,adamuon,namo,polargrad,\n"
+               "                                   turbo_muon,dion)]\n"
+               "                     [--lr name=value,...]\n"
                "                     [--warmup F] [--adamw-route-lr LR] [--head adamw|matrix] [--dominance-every K]\n"
                "                     [--out DIR]"
 " [--sweep W1,W2,...] [--data DIR]\n",
@@ -159,7 +164,9 @@ Args parse(int argc, char** argv) {
       a.optimizers_given = true;
       if (a.optimizers.empty()) usage("--optimizers: empty list");
       for (const auto& o : a.optimizers)
-        if (!known(o)) usage("--optimizers: unknown optimizer '" + o + "' (known: muon, rmnp, colnorm, orscale, adamw)");
+        if (!known(o)) usage("--optimizers: unknown optimizer '" + o +
+                    "' (known: muon, rmnp, colnorm, orscale, normuon, adamuon, namo, polargrad, turbo_muon, dion, "
+                    "adamw)");
     } else if (flag == "--lr") {
       for (const auto& kv : split(v, ',')) {
         const auto eq = kv.find('=');

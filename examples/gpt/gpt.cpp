@@ -44,12 +44,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-const std::vector<std::string> kKnown{"muon", "rmnp", "colnorm", "orscale", "adamw", "torch_adamw"};
+// The default comparison, and every name --optimizers accepts (the peers' variants of issue 20 too).
+const std::vector<std::string> kDefault{"muon", "rmnp", "colnorm", "orscale", "adamw", "torch_adamw"};
+const std::vector<std::string> kKnown{"muon",      "rmnp",       "colnorm", "orscale", "normuon", "adamuon", "namo",
+                                      "polargrad", "turbo_muon", "dion",    "adamw",   "torch_adamw"};
 const std::vector<std::string> kTypes{"q", "k", "v", "o", "fc", "proj"};
 const std::vector<double> kQuantiles{0.05, 0.25, 0.5};
 
 struct Args {
-  std::vector<std::string> optimizers = kKnown;
+  std::vector<std::string> optimizers = kDefault;
   std::int64_t steps = 600;
   gpt::GptConfig model;
   std::int64_t batch = 16;
@@ -67,17 +70,23 @@ struct Args {
 };
 
 // The matrix route's lr: each preset's default (KellerJordan/Muon's 0.02 for Muon, OrScale; 0.02 for RMNP and
-// ColNorm, matopt's presets), unless --lr name=value says otherwise; --adam-lr for the AdamW baselines.
+// ColNorm, matopt's presets; the reference codes' 0.02 for NorMuon, AdaMuon, PolarGrad, Turbo-Muon; 0.01 for
+// Dion; 1e-3 for NAMO, whose update has an AdamW-like RMS), unless --lr name=value says otherwise; --adam-lr
+// for the AdamW baselines.
 double lr_of(const Args& a, const std::string& name) {
   if (auto it = a.lr.find(name); it != a.lr.end()) return it->second;
   if (name == "adamw" || name == "torch_adamw") return a.adam_lr;
+  if (name == "namo") return 1e-3;
+  if (name == "dion") return 0.01;
   return 0.02;
 }
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "gpt: %s\n"
-               "usage: gpt [--optimizers muon,rmnp,colnorm,orscale,adamw,torch_adamw] [--steps N] [--d-model N]\n"
+               "usage: gpt [--optimizers muon,rmnp,colnorm,orscale,adamw,torch_adamw (also normuon,adamuon,namo,polargrad,\n"
+               "            turbo_muon,dion)]\n"
+               "           [--steps N] [--d-model N]\n"
                "           [--layers N] [--heads N] [--context N] [--batch N] [--lr name=value]... [--adam-lr X]\n"
                "           [--seed N] [--threads N] [--eval-every N] [--dominance-every N] [--eval-batches N]\n"
                "           [--warmup N] [--sweep 64,128,256] [--quick] [--out DIR] [--data DIR]\n",
@@ -121,7 +130,9 @@ Args parse(int argc, char** argv) {
       a.optimizers = split(value);
       for (const auto& o : a.optimizers)
         if (std::find(kKnown.begin(), kKnown.end(), o) == kKnown.end())
-          usage("unknown optimizer '" + o + "' (known: muon, rmnp, colnorm, orscale, adamw, torch_adamw)");
+          usage("unknown optimizer '" + o +
+                "' (known: muon, rmnp, colnorm, orscale, normuon, adamuon, namo, polargrad, turbo_muon, dion, adamw, "
+                "torch_adamw)");
       if (a.optimizers.empty()) usage("--optimizers is empty");
     } else if (key == "--steps") a.steps = integer(1), steps_given = true;
     else if (key == "--d-model") a.model.d_model = integer(1), d_given = true;

@@ -6,14 +6,26 @@
 // | RMNP          | Sum, Nesterov, .95  | RowNormalize       | MuonOriginal             | 0.02  | 0      |
 // | ColNorm       | Sum, Nesterov, .95  | ColNormalize       | max(1, n/m)^(1/2)        | 0.02  | 0      |
 // | OrScale       | Sum, Nesterov, .95  | PolarExpress 5     | TrustRatio [0.5, 1.5]    | 0.02  | 0      |
-// AdamW (matopt/adamw.hpp) covers vectors, embeddings and heads.
+// | NorMuon       | Ema, Nesterov, .95  | Jordan NS5, per-row second moment     | MuonOriginal | 0.02 | 0  |
+// | AdaMuon       | Ema, Nesterov, .95  | Jordan NS5 of sign U, elementwise moment, RMS 0.2 | Unit | 0.02 | 0.01 |
+// | NAMO          | Ema, plain, .95     | You NS5, scalar moment ||U||/sqrt(S)  | SqrtMax      | 1e-3 | 0  |
+// | PolarGrad     | Ema, plain, .95     | exact polar, times ||U||_*            | Unit         | 0.02 | 0  |
+// | TurboMuon     | Ema, Nesterov, .95  | AOL + 4 of You's NS steps             | MuonOriginal | 0.02 | 0  |
+// | Dion          | none (its own M, mu .95) | rank-r power iteration, QR       | Spectral     | 0.01 | 0.01 |
+// The last six: ../shared/design/variants.md §1-3, §6, §7 and §9, defaults of the reference codes (NAMO's lr is
+// matopt's: EO has no default; its update has RMS about ||U||/sqrt(S) <= 1, as AdamW's).
+// AdamW (matopt/adamw.hpp) or Lion (matopt/lion.hpp) covers vectors, embeddings and heads.
 
 #include "matopt/core/optimizer.hpp"
 #include "matopt/momentum/momentum.hpp"
 #include "matopt/precondition/col_normalize.hpp"
+#include "matopt/precondition/dion.hpp"
+#include "matopt/precondition/exact_polar.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
+#include "matopt/precondition/nuclear_scaled.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
 #include "matopt/precondition/row_normalize.hpp"
+#include "matopt/precondition/second_moment.hpp"
 #include "matopt/scaling/shape.hpp"
 #include "matopt/scaling/static.hpp"
 #include "matopt/scaling/trust_ratio.hpp"
@@ -40,6 +52,30 @@ struct OrScale {
   static constexpr const char* name = "matopt::OrScale";
   static constexpr double lr = 0.02, weight_decay = 0.0;
 };
+struct NorMuon {
+  static constexpr const char* name = "matopt::NorMuon";
+  static constexpr double lr = 0.02, weight_decay = 0.0;
+};
+struct AdaMuon {
+  static constexpr const char* name = "matopt::AdaMuon";
+  static constexpr double lr = 0.02, weight_decay = 0.01;
+};
+struct Namo {
+  static constexpr const char* name = "matopt::NAMO";
+  static constexpr double lr = 1e-3, weight_decay = 0.0;
+};
+struct PolarGrad {
+  static constexpr const char* name = "matopt::PolarGrad";
+  static constexpr double lr = 0.02, weight_decay = 0.0;
+};
+struct TurboMuon {
+  static constexpr const char* name = "matopt::TurboMuon";
+  static constexpr double lr = 0.02, weight_decay = 0.0;
+};
+struct Dion {
+  static constexpr const char* name = "matopt::Dion";
+  static constexpr double lr = 0.01, weight_decay = 0.01;
+};
 }  // namespace defaults
 
 /// Muon (Jordan et al., KellerJordan/Muon): EMA Nesterov momentum, Newton–Schulz with the Jordan quintic.
@@ -65,5 +101,39 @@ using ColNorm = Optimizer<T, ColNormalize, Momentum<Sum, Nesterov>, Static<shape
 template <class T>
 using OrScale = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::PolarExpress>>, Momentum<Sum, Nesterov>,
                           TrustRatio<trust::OrScale, shape::Unit>, defaults::OrScale>;
+
+/// NorMuon (arXiv 2510.05491, zichongli5/NorMuon): Muon with a per-neuron second moment of the orthogonalized
+/// momentum, rescaled to keep its Frobenius norm. `normuon_axis = longer`: modded-nanogpt / NVIDIA's axis.
+template <class T>
+using NorMuon = Optimizer<T, SecondMoment<Orthogonalize<NewtonSchulz<schedules::Jordan>>, moments::NorMuon>,
+                          Momentum<Ema, Nesterov>, Static<shape::MuonOriginal>, defaults::NorMuon>;
+
+/// AdaMuon (arXiv 2507.11005, Chongjie-Si/AdaMuon): NS of sign(U), an elementwise second moment, update RMS 0.2.
+template <class T>
+using AdaMuon = Optimizer<T, SecondMoment<Orthogonalize<NewtonSchulz<schedules::Jordan>>, moments::AdaMuon>,
+                          Momentum<Ema, Nesterov>, Static<shape::Unit>, defaults::AdaMuon>;
+
+/// NAMO (arXiv 2602.17080; NVIDIA Emerging-Optimizers): the orthogonalized momentum times the scalar
+/// ||U||_F / (sqrt(S) + eps), S an EMA of ||G||_F^2.
+template <class T>
+using NAMO = Optimizer<T, SecondMoment<Orthogonalize<NewtonSchulz<schedules::You>>, moments::Namo>,
+                       Momentum<Ema, Plain>, Static<shape::SqrtMax>, defaults::Namo>;
+
+/// PolarGrad (arXiv 2505.21799, timlautk/polargrad): the exact polar factor of the momentum times its nuclear
+/// norm. Any Orthogonalize method composes: NuclearScaled<Orthogonalize<NewtonSchulz<...>>>.
+template <class T>
+using PolarGrad = Optimizer<T, NuclearScaled<Orthogonalize<ExactPolar>>, Momentum<Ema, Plain>, Static<shape::Unit>,
+                            defaults::PolarGrad>;
+
+/// Turbo-Muon (arXiv 2512.04632, thib-s/flash-newton-schulz): Muon whose Newton-Schulz starts from AOL row
+/// scaling instead of the Frobenius normalization, which saves one of You's five steps.
+template <class T>
+using TurboMuon = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::Turbo>>, Momentum<Ema, Nesterov>,
+                            Static<shape::MuonOriginal>, defaults::TurboMuon>;
+
+/// Dion (arXiv 2504.05295, microsoft/dion): a rank-r power iteration on the momentum with error feedback, the
+/// update P Q^T scaled by sqrt(m/n) (dion's "spectral_norm" rule). `rank_fraction`, `mu` (not `momentum`).
+template <class T>
+using Dion = Optimizer<T, DionPowerIteration, NoMomentum, Static<shape::Spectral>, defaults::Dion>;
 
 }  // namespace matopt

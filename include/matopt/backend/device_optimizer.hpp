@@ -317,6 +317,43 @@ struct DeviceScaling {
                 "TrustRatio, SpectralCap<Inner> of those)");
 };
 
+/// Scaling options the device engines cannot apply: cautious weight decay needs a masked update, which
+/// only the host has. Rejected before anything is written.
+template <class O, class = void>
+inline constexpr bool has_inner_options_v = false;
+template <class O>
+inline constexpr bool has_inner_options_v<O, std::void_t<decltype(std::declval<const O&>().inner)>> = true;
+template <class O>
+void require_device_scaling(const O& o, const char* where) {
+  if constexpr (std::is_base_of_v<StepRules, O>) {
+    if (o.cautious())
+      fail(where, "weight_decay_method = cautious runs on the host optimizers only (the device engines have no "
+                  "masked update)");
+  } else if constexpr (has_inner_options_v<O>) {
+    require_device_scaling(o.inner, where);
+  }
+}
+
+/// Turbo-Muon's AOL scaling (NsSchedule::aol) has no device kernel yet: refused before anything is written.
+template <class O, class = void>
+inline constexpr bool has_ns_schedule_v = false;
+template <class O>
+inline constexpr bool has_ns_schedule_v<O, std::void_t<decltype(std::declval<const O&>().schedule.aol)>> = true;
+template <class O, class = void>
+inline constexpr bool has_exact_options_v = false;
+template <class O>
+inline constexpr bool has_exact_options_v<O, std::void_t<decltype(std::declval<const O&>().exact)>> = true;
+template <class O>
+void require_device_preconditioner(const O& o, const char* where) {
+  if constexpr (has_ns_schedule_v<O>) {
+    if (o.schedule.aol) fail(where, "ns_aol (Turbo-Muon's AOL scaling) runs on the host optimizers only");
+  }
+  if constexpr (std::is_base_of_v<RowBlocks, O>) {
+    if (o.blocked()) fail(where, "heads / split_sizes (row-block orthogonalization) run on the host optimizers only");
+  }
+  if constexpr (has_exact_options_v<O>) require_device_preconditioner(o.exact, where);  // Adaptive's exact policy
+}
+
 template <class Rule>
 struct DeviceScaling<Static<Rule>> {
   using S = Static<Rule>;
@@ -461,6 +498,8 @@ class DeviceOptimizer {
   explicit DeviceOptimizer(const Options& options, Engine engine = Engine{})
       : options_(options), engine_(std::move(engine)) {
     Host::validate(options_, name());
+    detail::require_device_scaling(options_.scaling, name());
+    detail::require_device_preconditioner(options_.precondition, name());
   }
 
   static constexpr const char* name() { return Host::name(); }
@@ -490,6 +529,8 @@ class DeviceOptimizer {
   void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) {
     constexpr const char* where = Host::name();
     Host::validate(options_, where);
+    detail::require_device_scaling(options_.scaling, where);
+    detail::require_device_preconditioner(options_.precondition, where);
     detail::check_device_step<T>(where, w, g, state);
     reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
     detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);

@@ -271,6 +271,17 @@ struct HostEngine {
   static void add_diagonal(M& c, typename M::Scalar v) { c.diagonal().array() += v; }
   template <class M>
   static void copy(const M& src, M& dst) { dst = src; }
+  /// Turbo-Muon's AOL scaling (ns_algorithm.hpp): d = 1 / sqrt(max(row sums of |A|, eps)) in scratch's first
+  /// column; X <- diag(d) X, A <- diag(d) A diag(d).
+  static constexpr bool has_aol = true;
+  template <class M>
+  static void aol_scale(M& x, M& a, M& scratch, typename M::Scalar eps) {
+    auto d = scratch.col(0);
+    d = a.cwiseAbs().rowwise().sum().cwiseMax(eps).cwiseSqrt().cwiseInverse();
+    x.array().colwise() *= d.array();
+    a.array().colwise() *= d.array();
+    a.array().rowwise() *= d.transpose().array();
+  }
 };
 
 }  // namespace matopt::detail

@@ -30,6 +30,7 @@
 #include "matopt/core/traits.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/core/workspace.hpp"
+#include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
 
@@ -141,7 +142,7 @@ class Optimizer {
     s.cols = w.cols();
     s.layout = detail::layout_of_v<WMat>;
     if constexpr (MomentumPolicy::has_buffer) s.momentum.setZero(w.size());
-    detail::init_policy_state<Preconditioner>(s.precondition, w.rows(), w.cols());
+    detail::init_policy_state<Preconditioner>(s.precondition, options_.precondition, w.rows(), w.cols());
     detail::init_policy_state<Scaling>(s.scaling, w.rows(), w.cols());
     reserve_workspaces(w.rows(), w.cols(), detail::available_threads());
     pending_.reserve(++states_made_);  // the batched step's per-parameter actions
@@ -217,7 +218,11 @@ class Optimizer {
   /// The per-parameter learning rate the update actually uses: lr * s(m, n) for Static scaling, lr * r * s
   /// (last step's trust ratio) for TrustRatio.
   T effective_lr(const State& s) const {
-    return Scaling::effective_lr(options_.scaling, s.scaling, options_.lr, s.rows, s.cols);
+    Index rows = s.rows;  // per-head / split orthogonalization: the first block's shape
+    if constexpr (detail::splits_rows_v<Preconditioner>)
+      if (options_.precondition.blocked() && options_.precondition.fits(s.rows))
+        rows = options_.precondition.first_rows(s.rows);
+    return Scaling::effective_lr(options_.scaling, s.scaling, options_.lr, rows, s.cols);
   }
 
   /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest), plus
@@ -242,8 +247,8 @@ class Optimizer {
   }
   static std::string option_keys() {
     std::string keys = "lr, momentum, nesterov, weight_decay, non_finite";
-    for (std::string_view k : {std::string_view(Preconditioner::option_keys()),
-                               std::string_view(Scaling::option_keys())})
+    // Held as strings: a policy may return its keys as a temporary std::string.
+    for (const std::string& k : {std::string(Preconditioner::option_keys()), std::string(Scaling::option_keys())})
       if (!k.empty()) (keys += ", ") += k;
     return keys;
   }
@@ -271,6 +276,12 @@ class Optimizer {
   detail::GradAction check(const WMat& w, const GMat& g, const State& state) const {
     constexpr const char* where = Defaults::name;
     check_shapes(w.rows(), w.cols(), detail::layout_of_v<WMat>, g.rows(), g.cols(), state, where);
+    check_row_blocks(w.rows(), w.cols());
+    if constexpr (detail::has_check_state_v<Preconditioner, decltype(state.precondition), decltype(options_.precondition)>)
+      Preconditioner::check_state(state.precondition, options_.precondition, w.rows(), w.cols(), where);
+    // A static scale that is not finite throws here, before a stateful preconditioner (SecondMoment) writes.
+    if constexpr (detail::has_fused_step_v<Scaling>)
+      if (w.size() != 0) Scaling::coefficients(options_.scaling, options_.lr, options_.weight_decay, w.rows(), w.cols());
     if (detail::all_finite(g)) return detail::GradAction::Apply;
     switch (options_.non_finite) {
       case NonFinite::Skip: return detail::GradAction::Skip;
@@ -278,6 +289,23 @@ class Optimizer {
       default:
         detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
                      ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+    }
+  }
+
+  /// Per-head / split orthogonalization (precondition/row_blocks.hpp): the rows must split as asked, and only
+  /// a preconditioner that steps row blocks (Orthogonalize) with a scaling that keeps no state takes it.
+  void check_row_blocks(Index m, Index n) const {
+    constexpr const char* where = Defaults::name;
+    if constexpr (std::is_base_of_v<RowBlocks, typename Preconditioner::Options>) {
+      const RowBlocks& b = options_.precondition;
+      if (!b.blocked()) return;
+      if constexpr (!detail::splits_rows_v<Preconditioner>)
+        detail::fail(where, "heads / split_sizes: ", detail::policy_identity<Preconditioner>(),
+                     " orthogonalizes the whole matrix (only Orthogonalize steps row blocks)");
+      if constexpr (!std::is_empty_v<typename Scaling::template State<T>>)
+        detail::fail(where, "heads / split_sizes need a scaling without per-parameter state (", Scaling::name(),
+                     " keeps one per matrix)");
+      b.check(m, n, where);
     }
   }
 
@@ -349,14 +377,19 @@ class Optimizer {
       if (detail::is_contiguous(w) && detail::is_contiguous(g)) {
         const auto k = Scaling::coefficients(options_.scaling, lr, lambda, w.rows(), w.cols());
         Preconditioner::template fused_step<layout>(w.data(), g.data(), state.momentum.data(), w.rows(), w.cols(),
-                                                    {c, T(options_.precondition.eps), k.keep, k.step}, ws);
+                                                    {c, T(options_.precondition.eps), k.keep, k.step, k.cautious}, ws);
         ++state.steps;
         return;
       }
     }
+    if constexpr (detail::splits_rows_v<Preconditioner> && std::is_empty_v<typename Scaling::template State<T>>) {
+      if (options_.precondition.blocked()) return apply_blocks(w, g, state, ws);  // (check_row_blocks: no other)
+    }
     auto update = [&](const auto& d) { Scaling::update(w, d, g, state.scaling, options_.scaling, lr, lambda); };
     auto precondition = [&](const auto& u) {
-      if constexpr (detail::has_policy_state_v<Preconditioner, T>)
+      if constexpr (detail::reads_gradient_v<Preconditioner>)
+        Preconditioner::template apply<T>(u, g, options_.precondition, ws, state.precondition, update);
+      else if constexpr (detail::has_policy_state_v<Preconditioner, T>)
         Preconditioner::template apply<T>(u, options_.precondition, ws, state.precondition, update);
       else
         Preconditioner::template apply<T>(u, options_.precondition, ws, update);
@@ -368,6 +401,29 @@ class Optimizer {
     } else {
       precondition(g);
     }
+    ++state.steps;
+  }
+
+  /// apply() for a preconditioner that splits W's rows into blocks (heads, split_sizes): each block is
+  /// preconditioned and scaled as a parameter of its own shape; the momentum is updated once, after.
+  template <class WMat, class GMat>
+  void apply_blocks(WMat& w, const GMat& g, State& state, Workspace& ws) {
+    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
+    const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
+    const T lr = options_.lr, lambda = options_.weight_decay;
+    Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
+                                                   MomentumPolicy::has_buffer ? w.cols() : 0);
+    options_.precondition.for_each(w.rows(), [&](Index first, Index rows) {
+      auto wb = w.middleRows(first, rows);
+      const auto gb = g.middleRows(first, rows);
+      auto update = [&](const auto& d) { Scaling::update(wb, d, gb, state.scaling, options_.scaling, lr, lambda); };
+      if constexpr (MomentumPolicy::has_buffer)
+        Preconditioner::template apply<T>(c.u_g * gb + c.u_v * v.middleRows(first, rows), options_.precondition, ws,
+                                          update);
+      else
+        Preconditioner::template apply<T>(gb, options_.precondition, ws, update);
+    });
+    if constexpr (MomentumPolicy::has_buffer) v = c.v_v * v + c.v_g * g;
     ++state.steps;
   }
 

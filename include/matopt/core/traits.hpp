@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstddef>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -46,6 +47,19 @@ inline constexpr bool has_fused_step_v = false;
 template <class P>
 inline constexpr bool has_fused_step_v<P, std::void_t<decltype(P::has_fused_step)>> = P::has_fused_step;
 
+/// P::reads_gradient if P declares it: the preconditioner's apply takes the raw gradient after U
+/// (precondition/second_moment.hpp).
+template <class P, class = void>
+inline constexpr bool reads_gradient_v = false;
+template <class P>
+inline constexpr bool reads_gradient_v<P, std::void_t<decltype(P::reads_gradient)>> = P::reads_gradient;
+
+/// P::splits_rows if P declares it: Optimizer steps W's row blocks (precondition/row_blocks.hpp) through it.
+template <class P, class = void>
+inline constexpr bool splits_rows_v = false;
+template <class P>
+inline constexpr bool splits_rows_v<P, std::void_t<decltype(P::splits_rows)>> = P::splits_rows;
+
 /// The state a policy keeps per parameter: P::State<T> if P declares one, NoState otherwise.
 struct NoState {
   template <class F>
@@ -75,6 +89,25 @@ template <class P, class S>
 void init_policy_state(S& s, Index m, Index n) {
   if constexpr (has_init_state_v<P, S>) P::init_state(s, m, n);
 }
+/// The same, for a policy whose state depends on its options: P::init_state(state, options, m, n).
+template <class P, class S, class O, class = void>
+inline constexpr bool has_init_state_options_v = false;
+template <class P, class S, class O>
+inline constexpr bool has_init_state_options_v<
+    P, S, O, std::void_t<decltype(P::init_state(std::declval<S&>(), std::declval<const O&>(), Index(), Index()))>> = true;
+template <class P, class S, class O>
+void init_policy_state(S& s, const O& o, Index m, Index n) {
+  if constexpr (has_init_state_options_v<P, S, O>) P::init_state(s, o, m, n);
+  else init_policy_state<P>(s, m, n);
+}
+/// P::check_state(state, options, m, n, where) if P has one: whether a step may use this state (before writes).
+template <class P, class S, class O, class = void>
+inline constexpr bool has_check_state_v = false;
+template <class P, class S, class O>
+inline constexpr bool has_check_state_v<
+    P, S, O,
+    std::void_t<decltype(P::check_state(std::declval<const S&>(), std::declval<const O&>(), Index(), Index(),
+                                        std::string_view()))>> = true;
 
 /// A policy's name for checkpoints: P::identity() if it has one (composite policies name their parts),
 /// else P::name().

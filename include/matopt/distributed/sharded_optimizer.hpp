@@ -456,7 +456,7 @@ class ShardedOptimizer {
       State& s = states_[i];
       const auto& p = params_[i];
       const auto k = Scaling::coefficients(o.scaling, o.lr, o.weight_decay, p.rows, p.cols);
-      const detail::FusedStep<T> f{c, T(o.precondition.eps), k.keep, k.step};
+      const detail::FusedStep<T> f{c, T(o.precondition.eps), k.keep, k.step, k.cautious};
       T* w = out + pc.offset;
       copy_out(p, pc, w);
       if (s.momentum.size() != 0) {

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "matopt/adamw.hpp"
+#include "matopt/lion.hpp"
 #include "matopt/core/errors.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
@@ -234,11 +235,11 @@ AnyOptimizer<typename Opt::Scalar> configured(const Config& config) {
 }  // namespace detail
 
 /// The preset names make_optimizer knows.
-inline constexpr const char* optimizer_names = "muon, moonlight_muon, rmnp, colnorm, orscale, adamw";
+inline constexpr const char* optimizer_names =
+    "muon, moonlight_muon, rmnp, colnorm, orscale, normuon, adamuon, namo, polargrad, turbo_muon, dion, adamw, lion";
 
-/// Builds a preset by name ("muon", "moonlight_muon", "rmnp", "colnorm", "orscale", "adamw") with
-/// key/value options (keys: each preset's option_keys()). Throws std::invalid_argument for an unknown
-/// name, key or a bad value.
+/// Builds a preset by name (optimizer_names) with key/value options (keys: each preset's option_keys()).
+/// Throws std::invalid_argument for an unknown name, key or a bad value.
 template <class T>
 AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {}) {
   if (name == "muon") return detail::configured<Muon<T>>(config);
@@ -246,7 +247,14 @@ AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {})
   if (name == "rmnp") return detail::configured<RMNP<T>>(config);
   if (name == "colnorm") return detail::configured<ColNorm<T>>(config);
   if (name == "orscale") return detail::configured<OrScale<T>>(config);
+  if (name == "normuon") return detail::configured<NorMuon<T>>(config);
+  if (name == "adamuon") return detail::configured<AdaMuon<T>>(config);
+  if (name == "namo") return detail::configured<NAMO<T>>(config);
+  if (name == "polargrad") return detail::configured<PolarGrad<T>>(config);
+  if (name == "turbo_muon") return detail::configured<TurboMuon<T>>(config);
+  if (name == "dion") return detail::configured<Dion<T>>(config);
   if (name == "adamw") return detail::configured<AdamW<T>>(config);
+  if (name == "lion") return detail::configured<Lion<T>>(config);
   detail::fail("matopt::make_optimizer", "unknown optimizer '", name, "' (known: ", optimizer_names, ")");
 }
 

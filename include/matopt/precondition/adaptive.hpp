@@ -84,6 +84,8 @@ struct Adaptive {
     if (o.every < 1) detail::fail(where, "adaptive_every must be >= 1 (got ", o.every, ")");
     Cheap::validate(o.cheap, where);
     Exact::validate(o.exact, where);
+    if constexpr (std::is_base_of_v<RowBlocks, typename Exact::Options>)
+      if (o.exact.blocked()) detail::fail(where, "heads / split_sizes: Adaptive steps the whole matrix");
   }
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key == "adaptive_threshold") o.threshold = detail::parse_double(key, value);
@@ -93,7 +95,7 @@ struct Adaptive {
   }
   static std::string option_keys() {
     std::string keys = "adaptive_threshold, adaptive_every";
-    for (std::string_view k : {std::string_view(Cheap::option_keys()), std::string_view(Exact::option_keys())})
+    for (const std::string& k : {std::string(Cheap::option_keys()), std::string(Exact::option_keys())})
       if (!k.empty()) (keys += ", ") += k;
     return keys;
   }

@@ -5,6 +5,7 @@
 //
 //   U = u_g G + u_v V;  D = U / max(||U||, eps) per normalized vector;  W <- keep W - step D;
 //   V <- v_v V + v_g G
+// (cautious weight decay: keep W only where D . W >= 0, W elsewhere; scaling/step_rules.hpp).
 //
 // Two memory shapes cover both policies and both storage orders. A matrix is stored as `lines` lines of
 // `len` contiguous elements (rows of a row-major matrix, columns of a column-major one):
@@ -36,7 +37,17 @@ struct FusedStep {
   T eps;   ///< normalization floor
   T keep;  ///< 1 - lr * lambda
   T step;  ///< lr * s(m, n)
+  bool cautious = false;  ///< apply `keep` only where D . W >= 0
 };
+
+/// W <- keep W - scale U on one line (scale > 0, so D . W >= 0 exactly where U . W >= 0).
+template <class WLine, class UExpr, class Scale, class T>
+void fused_update(WLine& wl, const UExpr& u, const Scale& scale, const FusedStep<T>& f) {
+  if (f.cautious)
+    wl = (wl * u >= T(0)).select(f.keep * wl, wl) - scale * u;
+  else
+    wl = f.keep * wl - scale * u;
+}
 
 template <class T>
 void fused_normalize_along(T* w, const T* g, T* v, Index lines, Index len, const FusedStep<T>& f) {
@@ -51,7 +62,7 @@ void fused_normalize_along(T* w, const T* g, T* v, Index lines, Index len, const
       const auto u = f.c.u_g * gl + f.c.u_v * vl;
       const T norm = rescaled_norm(u, u.square().sum());
       const T scale = f.step / std::max(norm, f.eps);
-      wl = f.keep * wl - scale * (f.c.u_g * gl + f.c.u_v * vl);
+      fused_update(wl, f.c.u_g * gl + f.c.u_v * vl, scale, f);
       vl = f.c.v_v * vl + f.c.v_g * gl;
     }
   });
@@ -99,7 +110,7 @@ void fused_normalize_across(T* w, const T* g, T* v, Index lines, Index len, cons
     for (Index l = b * line_block; l < std::min(lines, (b + 1) * line_block); ++l) {
       Seg wl(w + l * len, len), vl(v + l * len, len);
       ConstSeg gl(g + l * len, len);
-      wl = f.keep * wl - sc * (f.c.u_g * gl + f.c.u_v * vl);
+      fused_update(wl, f.c.u_g * gl + f.c.u_v * vl, sc, f);
       vl = f.c.v_v * vl + f.c.v_g * gl;
     }
   });

@@ -74,7 +74,7 @@ struct NewtonSchulz {
     return detail::set_schedule_option(o.schedule, key, value);
   }
   static constexpr const char* option_keys() {
-    return "ns_schedule, ns_steps, ns_safety, ns_eps, ns_variant, gram_aspect";
+    return "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect";
   }
 
   /// Sizes the workspace for r x s inputs (r <= s) under these options.

@@ -10,11 +10,15 @@
 //   syrk_lower(alpha, a, beta, c): lower(C) <- alpha A A^T + beta lower(C)   (beta = 0: C not read)
 //   gemm(alpha, a, b, beta, c):    C <- alpha A B + beta C                  (beta = 0: C not read)
 //   mirror_lower(c)  copy_lower(src, dst)  add_diagonal(c, v)  copy(src, dst)
+//   aol_scale(x, a, scratch, eps): Turbo-Muon's AOL row scaling of x and a (schedule.hpp), scratch r x r
+//   (only engines that declare `static constexpr bool has_aol = true`; the others refuse NsSchedule::aol)
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "matopt/core/errors.hpp"
 #include "matopt/precondition/schedule.hpp"
 
 namespace matopt::detail {
@@ -23,6 +27,11 @@ namespace matopt::detail {
 /// on its matrix handles `M` (HostEngine, core/engine.hpp, for Eigen maps of either order; backend/thrust.hpp and
 /// backend/cuda for device memory). x holds the r x s input (r <= s); y the same shape; a, b r x r;
 /// q, t r x r for the Gram variant. Returns the handle holding the result.
+template <class E, class = void>
+inline constexpr bool engine_has_aol_v = false;
+template <class E>
+inline constexpr bool engine_has_aol_v<E, std::void_t<decltype(E::has_aol)>> = E::has_aol;
+
 template <class M>
 struct NsMatrices {
   M *x, *y, *a, *b, *q, *t;
@@ -31,8 +40,12 @@ struct NsMatrices {
   M& run(Engine& e, const Options& o, bool gram) {
     using T = typename Engine::template scalar_t<M>;
     const NsSchedule& sch = o.schedule;
-    const T denominator = T(sch.safety) * e.norm(*x) + T(sch.eps);
-    e.scale(*x, denominator > T(0) ? T(1) / denominator : T(0));  // a zero U with ns_eps = 0 stays zero
+    if (sch.aol) {  // the first step's A = X X^T gives the scaling (aol_first)
+      if constexpr (!engine_has_aol_v<Engine>) fail("matopt::NewtonSchulz", "this engine has no AOL scaling (ns_aol)");
+    } else {
+      const T denominator = T(sch.safety) * e.norm(*x) + T(sch.eps);
+      e.scale(*x, denominator > T(0) ? T(1) / denominator : T(0));  // a zero U with ns_eps = 0 stays zero
+    }
     if (e.empty(*x)) return *x;
     return gram ? run_gram(e, sch, o.restarts) : run_plain(e, sch);
   }
@@ -48,6 +61,14 @@ struct NsMatrices {
   }
 
   /// 3 r^2 s + r^3 per step: A = X X^T (SYRK), B (SYRK with beta), X <- B X (GEMM).
+  /// AOL (schedule.hpp): X <- diag(d) X and A <- diag(d) A diag(d) from A = X X^T; `scratch` holds d.
+  template <class Engine, class T = typename Engine::template scalar_t<M>>
+  static void aol_first(Engine& e, const NsSchedule& sch, M& xm, M& am, M& scratch) {
+    if constexpr (engine_has_aol_v<Engine>) {
+      if (sch.aol) e.aol_scale(xm, am, scratch, T(sch.eps));
+    }
+  }
+
   template <class Engine, class T = typename Engine::template scalar_t<M>>
   M& run_plain(Engine& e, const NsSchedule& sch) {
     M* cur = x;
@@ -55,6 +76,7 @@ struct NsMatrices {
     for (int k = 0; k < sch.steps; ++k) {
       e.syrk_lower(T(1), *cur, T(0), *a);  // A = X X^T
       e.mirror_lower(*a);
+      if (k == 0) aol_first(e, sch, *cur, *a, *b);
       polynomial(e, sch.at(k), *a, *b);    // B = a I + b A + c A^2
       e.gemm(T(1), *b, *cur, T(0), *next);  // X <- B X
       std::swap(cur, next);
@@ -73,6 +95,7 @@ struct NsMatrices {
     M& m = *b;
     e.syrk_lower(T(1), *cur, T(0), gram);  // R = X X^T
     e.mirror_lower(gram);
+    aol_first(e, sch, *cur, gram, m);
     bool q_identity = true;
     for (int k = 0; k < sch.steps; ++k) {
       polynomial(e, sch.at(k), gram, m);  // M = a I + b R + c R^2

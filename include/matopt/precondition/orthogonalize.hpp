@@ -11,29 +11,41 @@
 #include "matopt/config.hpp"
 #include "matopt/core/traits.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
+#include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
 
 template <class Method = NewtonSchulz<>>
 struct Orthogonalize {
-  using Options = typename Method::Options;
+  struct Options : Method::Options, RowBlocks {};
   template <class T>
   using Workspace = typename Method::template Workspace<T>;
 
   static constexpr const char* name() { return "Orthogonalize"; }
   static std::string identity() { return std::string("Orthogonalize<") + Method::name() + ">"; }
 
-  /// Sizes `ws` for an m x n parameter (grows only; run() then allocates nothing).
+  /// Optimizer steps each block of rows (RowBlocks: per-head, split QKV) through apply() on its own.
+  static constexpr bool splits_rows = true;
+
+  /// Sizes `ws` for an m x n parameter and for its row blocks (grows only; run() then allocates nothing).
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Method::reserve(ws, o, m < n ? m : n, m < n ? n : m);
+    if (o.blocked() && o.fits(m))
+      o.for_each(m, [&](Index, Index rows) { Method::reserve(ws, o, rows < n ? rows : n, rows < n ? n : rows); });
   }
 
-  static void validate(const Options& o, std::string_view where) { Method::validate(o, where); }
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return Method::set_option(o, key, value);
+  static void validate(const Options& o, std::string_view where) {
+    Method::validate(o, where);
+    o.RowBlocks::validate(where);
   }
-  static constexpr const char* option_keys() { return Method::option_keys(); }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    return o.RowBlocks::set_option(key, value) || Method::set_option(o, key, value);
+  }
+  static std::string option_keys() {
+    const std::string method = Method::option_keys();
+    return method.empty() ? std::string(RowBlocks::option_keys()) : method + ", " + RowBlocks::option_keys();
+  }
 
   /// Calls sink(D) with D the m x n orthogonalized direction of the expression U.
   template <class T, class UExpr, class Sink>

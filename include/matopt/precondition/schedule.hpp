@@ -21,12 +21,16 @@ struct NsCoefficients {
 };
 
 /// A run-time schedule: step k uses coefficients[min(k, size-1)] (the last entry repeats, as in the
-/// Polar Express reference), for `steps` steps, after X <- X / (safety * ||X||_F + eps).
+/// Polar Express reference), for `steps` steps, after X <- X / (safety * ||X||_F + eps); with `aol`, after
+/// Turbo-Muon's AOL row scaling instead (arXiv 2512.04632; ../shared/design/variants.md §6): A = X X^T,
+/// d_i = 1 / sqrt(max(sum_j |A_ij|, eps)), X <- diag(d) X and A <- diag(d) A diag(d), which the first step
+/// reuses (`safety` is not used then). Every singular value of diag(d) X is at most 1 (AOL, arXiv 2208.03160).
 struct NsSchedule {
   std::vector<NsCoefficients> coefficients;
   int steps = 5;
   double safety = 1.0;
   double eps = 1e-7;
+  bool aol = false;
 
   const NsCoefficients& at(int k) const {
     const auto last = static_cast<int>(coefficients.size()) - 1;
@@ -74,6 +78,17 @@ struct You {
   }
 };
 
+/// Turbo-Muon (thib-s/flash-newton-schulz turbo_muon_torch.py, variant "turbo"; modded-nanogpt record
+/// 2025-11-11_TurboMuon): AOL preconditioning and the last four of You's steps ("drop the first iteration"),
+/// eps 1e-6 on the row sums (the Muon wrapper's value).
+struct Turbo {
+  static constexpr const char* name = "turbo";
+  static NsSchedule schedule() {
+    return {{{3.9505, -6.3029, 2.6377}, {3.7418, -5.5913, 2.3037}, {2.8769, -3.1427, 1.2046}, {2.8366, -3.0525, 1.2012}},
+            4, 1.0, 1e-6, true};
+  }
+};
+
 /// Polar Express 5-step schedule (arXiv 2505.16932) as used by modded-nanogpt and OrScale; equal to
 /// `polar_express::optimal_composition(1e-3, 5, 0.02, 0.02)`. Input divided by 1.02 ||X||_F + 1e-6.
 struct PolarExpress {
@@ -101,15 +116,16 @@ struct QuinticFixedPoint {
   static NsSchedule schedule() { return {{{15.0 / 8, -10.0 / 8, 3.0 / 8}}, 5, 1.0, 1e-7}; }
 };
 
-/// The schedule of a name: "jordan", "you", "polar_express", "cubic", "quintic".
+/// The schedule of a name: "jordan", "you", "polar_express", "cubic", "quintic", "turbo".
 inline NsSchedule by_name(std::string_view name) {
   if (name == Jordan::name) return Jordan::schedule();
   if (name == You::name) return You::schedule();
   if (name == PolarExpress::name) return PolarExpress::schedule();
   if (name == Cubic::name) return Cubic::schedule();
   if (name == QuinticFixedPoint::name) return QuinticFixedPoint::schedule();
+  if (name == Turbo::name) return Turbo::schedule();
   detail::fail("matopt::schedules::by_name", "unknown NS schedule '", name,
-               "' (known: jordan, you, polar_express, cubic, quintic)");
+               "' (known: jordan, you, polar_express, cubic, quintic, turbo)");
 }
 
 }  // namespace schedules
@@ -120,7 +136,7 @@ inline NsSchedule by_name(std::string_view name) {
 namespace matopt::detail {
 
 /// Run-time keys of a Newton–Schulz schedule: ns_schedule (a name of schedules::by_name; applied first by
-/// the facade), ns_steps, ns_safety, ns_eps. Returns false for other keys.
+/// the facade), ns_steps, ns_safety, ns_eps, ns_aol. Returns false for other keys.
 inline bool set_schedule_option(NsSchedule& s, std::string_view key, std::string_view value) {
   if (key == "ns_schedule") {
     s = schedules::by_name(value);
@@ -130,11 +146,13 @@ inline bool set_schedule_option(NsSchedule& s, std::string_view key, std::string
     s.safety = parse_double(key, value);
   } else if (key == "ns_eps") {
     s.eps = parse_double(key, value);
+  } else if (key == "ns_aol") {
+    s.aol = parse_bool(key, value);
   } else {
     return false;
   }
   return true;
 }
-inline constexpr const char* schedule_option_keys = "ns_schedule, ns_steps, ns_safety, ns_eps";
+inline constexpr const char* schedule_option_keys = "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol";
 
 }  // namespace matopt::detail

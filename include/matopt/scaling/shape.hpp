@@ -41,6 +41,12 @@ struct MoonlightRms {
   }
 };
 
+/// s = sqrt(max(m, n)): NVIDIA Emerging-Optimizers' default scale ("spectral"), NAMO's.
+struct SqrtMax {
+  static constexpr const char* name = "sqrt_max";
+  double operator()(Index m, Index n) const { return std::sqrt(static_cast<double>(std::max(m, n))); }
+};
+
 /// s = sqrt(m/n): Scion, microsoft/dion.
 struct Spectral {
   static constexpr const char* name = "spectral";

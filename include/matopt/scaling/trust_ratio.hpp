@@ -2,6 +2,8 @@
 // Trust-ratio scaling (spec §3.2). Weight decay is coupled here, not decoupled:
 //   D' = lambda W + s(m, n) Q      (Q = preconditioned direction; s = 1 for OrScale, MoonlightRms for -LM)
 //   W <- W - lr * r * D'
+// The lr rule of step_rules.hpp applies to s; its cautious and lr-independent decay forms are refused: they
+// are forms of a decoupled decay, and here the decay is part of D', which the ratio measures.
 // with the ratio r of `Ratio`:
 //   trust::OrScale (arXiv 2605.07815, NUS-HPC-AI-Lab/OrScale): r = clip(||W||_F / (c ||D'||_F + eps), lo, hi)
 //     c = 1, or calibrated once at the first step to ||W0||_F / ||D'0||_F so that r0 = 1 (OrScale-LM);
@@ -18,6 +20,7 @@
 #include "matopt/core/norms.hpp"
 #include "matopt/core/parse.hpp"
 #include "matopt/scaling/shape.hpp"
+#include "matopt/scaling/step_rules.hpp"
 
 namespace matopt {
 namespace trust {
@@ -70,8 +73,8 @@ template <class Ratio = trust::OrScale, class Shape = shape::Unit>
 struct TrustRatio {
   static constexpr const char* name() { return "TrustRatio"; }
 
-  struct Options : Ratio::Options {
-    Shape rule{};  ///< s(m, n) multiplying Q
+  struct Options : Ratio::Options, StepRules {
+    Shape rule{};  ///< s(m, n) multiplying Q under lr_rule = preset
   };
   template <class T>
   struct State {
@@ -86,13 +89,20 @@ struct TrustRatio {
     }
   };
 
-  static void validate(const Options& o, std::string_view where) { Ratio::validate(o, where); }
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return Ratio::set_option(o, key, value);
+  static void validate(const Options& o, std::string_view where) {
+    Ratio::validate(o, where);
+    o.StepRules::validate(where);
+    if (o.weight_decay_method != WeightDecay::Decoupled)
+      detail::fail(where, "weight_decay_method = ", weight_decay_name(o.weight_decay_method),
+                   ": TrustRatio couples the decay into D' = lambda W + s Q, which the trust ratio measures and the "
+                   "step multiplies by lr r (spec §3.2); only the default form applies");
   }
-  static constexpr const char* option_keys() { return Ratio::option_keys(); }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    return Ratio::set_option(o, key, value) || o.StepRules::set_option(key, value);
+  }
+  static std::string option_keys() { return std::string(Ratio::option_keys()) + ", " + StepRules::option_keys(); }
 
-  static double factor(const Options& o, Index m, Index n) { return o.rule(m, n); }
+  static double factor(const Options& o, Index m, Index n) { return o.factor(o.rule, m, n); }
 
   /// lr * r * s, with r from the most recent step.
   template <class T>

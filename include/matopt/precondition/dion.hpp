@@ -1,0 +1,151 @@
+#pragma once
+// DionPowerIteration: Dion's step (arXiv 2504.05295; microsoft/dion dion_reference.py dion_update, one power
+// iteration, Householder QR; ../shared/design/variants.md §9) on one device, as a preconditioner that keeps
+// its own momentum M and right factor Q. Compose it with NoMomentum (U = G) and Static<shape::Spectral>
+// (lr sqrt(m/n), decoupled decay): the Dion preset. With B = M when m >= n and B = M^T otherwise (tall, R x C),
+// and rank r:
+//   M <- M + G;   P = orthonormalize(B Q) (the thin Q of a Householder QR);   R = B^T P
+//   M <- M - (1 - mu) P R^T  (error feedback, in W's orientation);   Q <- R / (||R||_column + eps)
+//   D = P Q^T  (in W's orientation)
+// An all-zero M gives P = 0 and R = Q (dion fix_all_zero_or_nan): D = 0, Q renormalized. The rank is
+// r = min(ceil(rank_fraction min(m, n) / rank_multiple_of) rank_multiple_of, m, n), fixed at make_state. Q starts
+// as a fixed pseudo-random normal matrix (dion: torch.randn; the same for equal shapes here) and is kept in the
+// state with M, so checkpoints resume bitwise. The sign of each column of P (the QR's convention) cancels in
+// P R^T and P Q^T. The QR allocates (Eigen's HouseholderQR): Dion is not on the zero-allocation list.
+// A sharded Dion (dion's DDP/FSDP variants) is not implemented.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string_view>
+
+#include <Eigen/Core>
+#include <Eigen/QR>
+
+#include "matopt/config.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/core/parse.hpp"
+#include "matopt/core/traits.hpp"
+#include "matopt/core/workspace.hpp"
+
+namespace matopt {
+
+struct DionPowerIteration {
+  static constexpr const char* name() { return "DionPowerIteration"; }
+
+  struct Options {
+    double mu = 0.95;             ///< error-feedback momentum (dion `mu`; Optimizer's `momentum` has no effect)
+    double rank_fraction = 1.0;   ///< r / min(m, n), before rounding up to rank_multiple_of
+    int rank_multiple_of = 1;
+    double eps = 1e-8;            ///< column-normalization floor of Q
+  };
+  template <class T>
+  struct Workspace {
+    detail::Buffer<T> p, r, d;  ///< P (R x r), R (C x r), D (m x n)
+    std::size_t bytes() const { return p.bytes() + r.bytes() + d.bytes(); }
+  };
+  template <class T>
+  struct State {
+    Eigen::Matrix<T, Eigen::Dynamic, 1> momentum;  ///< M, in W's storage order
+    Eigen::Matrix<T, Eigen::Dynamic, 1> q;         ///< Q, min(m, n) x rank, column-major
+    std::int64_t rank = 0;
+    std::size_t bytes() const { return std::size_t(momentum.size() + q.size()) * sizeof(T); }
+    template <class F>
+    void fields(F&& f) {
+      f("rank", rank);
+      f("momentum", momentum);
+      f("q", q);
+    }
+  };
+
+  static Index rank(const Options& o, Index m, Index n) {
+    const Index k = std::min(m, n), mult = o.rank_multiple_of;
+    const Index want = Index(std::ceil(o.rank_fraction * double(k) / double(mult) - 1e-12)) * mult;
+    return std::max<Index>(1, std::min({want, m, n}));
+  }
+
+  static void validate(const Options& o, std::string_view where) {
+    detail::require_unit_interval(where, "mu", o.mu);
+    if (!(o.rank_fraction > 0 && o.rank_fraction <= 1))
+      detail::fail(where, "rank_fraction must be in (0, 1] (got ", o.rank_fraction, ")");
+    if (o.rank_multiple_of < 1) detail::fail(where, "rank_multiple_of must be >= 1 (got ", o.rank_multiple_of, ")");
+    detail::require_positive(where, "dion_eps", o.eps);
+  }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "mu") o.mu = detail::parse_double(key, value);
+    else if (key == "rank_fraction") o.rank_fraction = detail::parse_double(key, value);
+    else if (key == "rank_multiple_of") o.rank_multiple_of = detail::parse_int(key, value);
+    else if (key == "dion_eps") o.eps = detail::parse_double(key, value);
+    else return false;
+    return true;
+  }
+  static constexpr const char* option_keys() { return "mu, rank_fraction, rank_multiple_of, dion_eps"; }
+
+  /// M = 0 and Q: min(m, n) x rank normal pseudo-random entries (Box-Muller over splitmix64, seeded by the shape).
+  template <class T>
+  static void init_state(State<T>& s, const Options& o, Index m, Index n) {
+    s.rank = m * n == 0 ? 0 : rank(o, m, n);
+    s.momentum.setZero(m * n);
+    s.q.resize(std::min(m, n) * s.rank);
+    std::uint64_t x = 0x9E3779B97F4A7C15ull ^ (std::uint64_t(m) * 0x100000001B3ull + std::uint64_t(n));
+    auto uniform = [&x] {  // splitmix64, in (0, 1)
+      std::uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      return (double((z ^ (z >> 31)) >> 11) + 0.5) * 0x1.0p-53;
+    };
+    for (Index i = 0; i < s.q.size(); ++i)
+      s.q[i] = T(std::sqrt(-2 * std::log(uniform())) * std::cos(6.283185307179586 * uniform()));
+  }
+  /// The state must have been made under the same rank (rank_fraction may not change after make_state).
+  template <class T>
+  static void check_state(const State<T>& s, const Options& o, Index m, Index n, std::string_view where) {
+    if (m * n != 0 && s.rank != rank(o, m, n))
+      detail::fail(where, "state was made with Dion rank ", s.rank, " but rank_fraction ", o.rank_fraction,
+                   " now gives ", rank(o, m, n), " for a ", detail::shape_string(m, n), " parameter");
+  }
+  template <class T>
+  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
+    const Index r = rank(o, m, n);
+    ws.p.reserve(std::max(m, n) * r);
+    ws.r.reserve(std::min(m, n) * r);
+    ws.d.reserve(m * n);
+  }
+
+  /// Calls sink(D) for the gradient U = G.
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& g, const Options& o, Workspace<T>& ws, State<T>& st, Sink&& sink) {
+    using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+    constexpr int order = detail::eigen_order_v<detail::layout_of_v<UExpr>>;
+    const Index m = g.rows(), n = g.cols(), r = Index(st.rank);
+    const bool tall = m >= n;
+    const Index rows = tall ? m : n, cols = tall ? n : m;
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, order>> mom(st.momentum.data(), m, n);
+    Eigen::Map<Mat> q(st.q.data(), cols, r);
+    auto p = ws.p.matrix(rows, r);
+    auto rr = ws.r.matrix(cols, r);
+    mom += g;
+    if (mom.cwiseAbs().maxCoeff() == T(0)) {
+      p.setZero();
+      rr = q;
+    } else {
+      if (tall) p.noalias() = mom * q;
+      else p.noalias() = mom.transpose() * q;
+      const Eigen::HouseholderQR<Mat> qr(p);
+      p.setIdentity();
+      p.applyOnTheLeft(qr.householderQ());  // the thin Q factor
+      if (tall) rr.noalias() = mom.transpose() * p;
+      else rr.noalias() = mom * p;
+    }
+    const T keep = T(1 - o.mu);
+    if (tall) mom.noalias() -= keep * p * rr.transpose();
+    else mom.noalias() -= keep * rr * p.transpose();
+    for (Index j = 0; j < r; ++j) q.col(j) = rr.col(j) / (rr.col(j).norm() + T(o.eps));
+    auto d = ws.d.template matrix<order>(m, n);
+    if (tall) d.noalias() = p * q.transpose();
+    else d.noalias() = q * p.transpose();
+    sink(d);
+  }
+};
+
+}  // namespace matopt

@@ -1,0 +1,48 @@
+#pragma once
+// NuclearScaled<Inner>: PolarGrad's step direction (arXiv 2505.21799; timlautk/polargrad PolarGrad.step,
+// polar_first = false; ../shared/design/variants.md §7):
+//   D = Inner(U) (a polar factor),  nu = sum(U . D) = tr(D^T U),  D' = nu D
+// With the exact polar factor (Orthogonalize<ExactPolar>, the PolarGrad preset) nu is the nuclear norm
+// ||U||_*, so D' = ||U||_* polar(U); with a Newton-Schulz schedule nu is NVIDIA Emerging-Optimizers'
+// PolarGrad scale sum(O . U). A zero U gives nu = 0 and D' = 0.
+
+#include <string>
+#include <string_view>
+
+#include "matopt/config.hpp"
+#include "matopt/core/traits.hpp"
+
+namespace matopt {
+
+template <class Inner>
+struct NuclearScaled {
+  using Options = typename Inner::Options;
+  template <class T>
+  using Workspace = typename Inner::template Workspace<T>;
+
+  static constexpr const char* name() { return "NuclearScaled"; }
+  static std::string identity() { return std::string("NuclearScaled<") + detail::policy_identity<Inner>() + ">"; }
+
+  template <class T>
+  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
+    Inner::reserve(ws, o, m, n);
+  }
+  static void validate(const Options& o, std::string_view where) { Inner::validate(o, where); }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    return Inner::set_option(o, key, value);
+  }
+  static std::string option_keys() { return Inner::option_keys(); }
+
+  /// Calls sink(nu D) with D = Inner(U). U is read again after Inner: it must be the momentum's expression
+  /// (Optimizer's), not a buffer Inner overwrites.
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
+    static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::NuclearScaled: Inner must keep no state of its own");
+    Inner::template apply<T>(u, o, ws, [&](const auto& d) {
+      const T nu = (u.array() * d.array()).sum();
+      sink(d * nu);
+    });
+  }
+};
+
+}  // namespace matopt

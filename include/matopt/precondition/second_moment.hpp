@@ -1,0 +1,214 @@
+#pragma once
+// SecondMoment<Inner, Moment>: a second moment of the preconditioned direction, kept per parameter
+// (../shared/design/variants.md §1-3). D = Inner(U) (Inner(sign U) for AdaMuon), then D' = Moment(D):
+//   moments::NorMuon (arXiv 2510.05491; zichongli5/NorMuon normuon_update), per row i (output neuron):
+//       S_i <- lerp(S_i, mean_j D_ij^2, 1 - beta2);  D' = D_i / (sqrt(S_i) + eps);  D' <- D' ||D||_F / (||D'||_F + eps)
+//       axis = longer: per row when m >= n, per column otherwise (modded-nanogpt, NVIDIA Emerging-Optimizers).
+//   moments::AdaMuon (arXiv 2507.11005; Chongjie-Si/AdaMuon), elementwise, after NS of sign(U):
+//       S <- beta2 S + (1 - beta2) D.D;  D' = D / (sqrt(S) + eps);  D' <- D' rms sqrt(mn) / (||D'||_F + eps)
+//   moments::Namo (arXiv 2602.17080; Emerging-Optimizers moment2_method="namo"), one scalar:
+//       S <- lerp(S, ||G||_F^2, 1 - beta2);  D' = D ||U||_F / (sqrt(S) + eps)
+// No bias correction, as in the reference codes. The Scaling policy then applies lr, s(m, n) and the decay.
+// Every eps is added to a norm, never a divisor on its own: a zero gradient or a zero direction gives D' = 0,
+// not 0/0 (dion#24). The state (S) is the parameter's and goes into checkpoints.
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "matopt/config.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/core/norms.hpp"
+#include "matopt/core/parse.hpp"
+#include "matopt/core/traits.hpp"
+#include "matopt/core/workspace.hpp"
+
+namespace matopt {
+namespace moments {
+
+/// Options every moment has: beta2 and the eps added to sqrt(S).
+struct MomentOptions {
+  double beta2 = 0.95;
+  double eps = 1e-8;
+
+  void validate(std::string_view where) const {
+    detail::require_unit_interval(where, "beta2", beta2);
+    detail::require_positive(where, "moment_eps", eps);
+  }
+  bool set_option(std::string_view key, std::string_view value) {
+    if (key == "beta2") beta2 = detail::parse_double(key, value);
+    else if (key == "moment_eps") eps = detail::parse_double(key, value);
+    else return false;
+    return true;
+  }
+};
+
+struct NorMuon {
+  static constexpr const char* name() { return "NorMuon"; }
+  static constexpr bool sign_input = false;
+  enum class Axis { Rows, Longer };
+  struct Options : MomentOptions {
+    Options() { eps = 1e-10; }  // the reference's eps (dion: 1e-8)
+    Axis axis = Axis::Rows;     ///< Rows: the reference; Longer: modded-nanogpt / NVIDIA's rule
+  };
+  static void validate(const Options& o, std::string_view where) { o.validate(where); }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key != "normuon_axis") return o.set_option(key, value);
+    if (value == "rows") o.axis = Axis::Rows;
+    else if (value == "longer") o.axis = Axis::Longer;
+    else detail::fail("matopt options", "option 'normuon_axis': '", value, "' is not an axis (rows, longer)");
+    return true;
+  }
+  static constexpr const char* option_keys() { return "beta2, moment_eps, normuon_axis"; }
+  /// S: one entry per row, or per column under Axis::Longer on a wide matrix (max(m, n) held).
+  static Index state_size(Index m, Index n) { return std::max(m, n); }
+  static Index workspace_size(Index m, Index n) { return std::max(m, n); }
+
+  template <class T, class DExpr, class UExpr, class GMat, class Sink>
+  static void apply(const DExpr& d, const UExpr&, const GMat&, const Options& o, T* s_data, T* f_data, Sink&& sink) {
+    const Index m = d.rows(), n = d.cols();
+    const bool per_row = o.axis == Axis::Rows || m >= n;
+    const Index k = per_row ? m : n, len = per_row ? n : m;
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> s(s_data, k), f(f_data, k);
+    if (per_row) f = d.rowwise().squaredNorm();
+    else f = d.colwise().squaredNorm().transpose();
+    // f holds the squared norms of the k lines: S <- lerp(S, mean, 1 - beta2), then 1 / (sqrt(S) + eps).
+    const T w = T(1 - o.beta2), eps = T(o.eps);
+    T d2 = 0, d2_new = 0;  // ||D||_F^2 and ||D'||_F^2 before the rescale
+    for (Index i = 0; i < k; ++i) {
+      const T sq = f[i];
+      s[i] += w * (sq / T(len) - s[i]);
+      const T inv = T(1) / (std::sqrt(s[i]) + eps);
+      d2 += sq;
+      d2_new += inv * inv * sq;
+      f[i] = inv;
+    }
+    f *= std::sqrt(d2) / (std::sqrt(d2_new) + eps);  // D' keeps D's Frobenius norm
+    if (per_row) sink((d.array().colwise() * f.array()).matrix());
+    else sink((d.array().rowwise() * f.transpose().array()).matrix());
+  }
+};
+
+struct AdaMuon {
+  static constexpr const char* name() { return "AdaMuon"; }
+  static constexpr bool sign_input = true;  ///< Inner receives sign(U) (AdaMuon v2)
+  struct Options : MomentOptions {
+    double rms = 0.2;  ///< RMS of D' (AdaMuon's alignment to AdamW's update RMS)
+  };
+  static void validate(const Options& o, std::string_view where) {
+    o.validate(where);
+    detail::require_positive(where, "rms_target", o.rms);
+  }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key != "rms_target") return o.set_option(key, value);
+    o.rms = detail::parse_double(key, value);
+    return true;
+  }
+  static constexpr const char* option_keys() { return "beta2, moment_eps, rms_target"; }
+  static Index state_size(Index m, Index n) { return m * n; }
+  static Index workspace_size(Index, Index) { return 0; }
+
+  template <class T, class DExpr, class UExpr, class GMat, class Sink>
+  static void apply(const DExpr& d, const UExpr&, const GMat&, const Options& o, T* s_data, T*, Sink&& sink) {
+    using Mat = detail::DynamicMatrix<T, detail::layout_of_v<DExpr>>;
+    const Index m = d.rows(), n = d.cols();
+    Eigen::Map<Mat> s(s_data, m, n);
+    const T b = T(o.beta2), eps = T(o.eps);
+    s = b * s + (T(1) - b) * d.cwiseAbs2();
+    const auto normalized = d.array() / (s.array().sqrt() + eps);
+    const T k = T(o.rms * std::sqrt(double(m) * double(n))) / (std::sqrt(normalized.square().sum()) + eps);
+    sink((normalized * k).matrix());
+  }
+};
+
+struct Namo {
+  static constexpr const char* name() { return "NAMO"; }
+  static constexpr bool sign_input = false;
+  using Options = MomentOptions;
+  static void validate(const Options& o, std::string_view where) { o.validate(where); }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) { return o.set_option(key, value); }
+  static constexpr const char* option_keys() { return "beta2, moment_eps"; }
+  static Index state_size(Index, Index) { return 1; }
+  static Index workspace_size(Index, Index) { return 0; }
+
+  template <class T, class DExpr, class UExpr, class GMat, class Sink>
+  static void apply(const DExpr& d, const UExpr& u, const GMat& g, const Options& o, T* s, T*, Sink&& sink) {
+    const T g_norm = detail::robust_norm(g);
+    *s += T(1 - o.beta2) * (g_norm * g_norm - *s);
+    const T alpha = detail::robust_norm(u) / (std::sqrt(*s) + T(o.eps));
+    sink(d * alpha);
+  }
+};
+
+}  // namespace moments
+
+template <class Inner, class Moment>
+struct SecondMoment {
+  struct Options : Inner::Options {
+    typename Moment::Options moment{};
+  };
+  template <class T>
+  struct Workspace : Inner::template Workspace<T> {
+    detail::Buffer<T> factors;  ///< the moment's per-line factors
+  };
+  template <class T>
+  struct State {
+    Eigen::Matrix<T, Eigen::Dynamic, 1> second_moment;  ///< S, in W's storage order where it is a matrix
+    std::size_t bytes() const { return std::size_t(second_moment.size()) * sizeof(T); }
+    template <class F>
+    void fields(F&& f) {
+      f("second_moment", second_moment);
+    }
+  };
+
+  /// The preconditioner reads the raw gradient too (NAMO's ||G||_F): Optimizer passes it.
+  static constexpr bool reads_gradient = true;
+
+  static constexpr const char* name() { return "SecondMoment"; }
+  static std::string identity() {
+    return std::string("SecondMoment<") + detail::policy_identity<Inner>() + ", " + Moment::name() + ">";
+  }
+
+  template <class T>
+  static void init_state(State<T>& s, Index m, Index n) {
+    s.second_moment.setZero(Moment::state_size(m, n));
+  }
+  template <class T>
+  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
+    Inner::reserve(ws, o, m, n);
+    ws.factors.reserve(Moment::workspace_size(m, n));
+  }
+  static void validate(const Options& o, std::string_view where) {
+    Inner::validate(o, where);
+    Moment::validate(o.moment, where);
+  }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    return Moment::set_option(o.moment, key, value) || Inner::set_option(o, key, value);
+  }
+  static std::string option_keys() {
+    std::string keys = Moment::option_keys();
+    const std::string inner = Inner::option_keys();
+    if (!inner.empty()) (keys += ", ") += inner;
+    return keys;
+  }
+
+  /// Calls sink(D') for the direction U of gradient G.
+  template <class T, class UExpr, class GMat, class Sink>
+  static void apply(const UExpr& u, const GMat& g, const Options& o, Workspace<T>& ws, State<T>& st, Sink&& sink) {
+    static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::SecondMoment: Inner must keep no state of its own");
+    auto moment = [&](const auto& d) {
+      Moment::template apply<T>(d, u, g, o.moment, st.second_moment.data(), ws.factors.data(), sink);
+    };
+    const typename Inner::Options& inner = o;
+    if constexpr (Moment::sign_input)
+      Inner::template apply<T>(u.array().sign().matrix(), inner, ws, moment);
+    else
+      Inner::template apply<T>(u, inner, ws, moment);
+  }
+};
+
+}  // namespace matopt

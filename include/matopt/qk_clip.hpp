@@ -1,0 +1,75 @@
+#pragma once
+// QK-clip (MuonClip; Kimi K2, arXiv 2507.20534; NVIDIA Megatron-LM clip_qk; ../shared/design/variants.md §5),
+// applied after an optimizer step to the query and key projections of one attention layer:
+//   S_h     head h's largest pre-softmax logit over the batch, q_i . k_j / sqrt(d_head) (the scale included)
+//   eta_g   = min(1, tau / max_{h in g} S_h)  per query group g: one KV head and the H / KV query heads that
+//             read it (KV = H for multi-head attention: one head per group, eta = min(1, tau / S_h))
+//   W_q rows of the heads of g <- eta_g^alpha W_q,   W_k rows of KV head g <- eta_g^(1 - alpha) W_k
+// so every logit of group g is multiplied by eta_g and the group's largest becomes tau. Only groups with a
+// logit above tau change; W_v and W_o are untouched. alpha = 0.5 (Megatron's qk_clip_alpha; the paper's sqrt
+// of gamma on each side for MHA); tau = 100 (Kimi K2).
+// Layout: W_q is (H d_head) x d_model and W_k (KV d_head) x d_model, each head a contiguous block of d_head
+// rows (torch.nn.Linear weights of separate q and k projections); query heads g H/KV ... (g + 1) H/KV - 1 read
+// KV head g (repeat_interleave of the KV heads, as LLaMA's GQA). Any Eigen dense matrix works, either order.
+
+#include <algorithm>
+#include <cmath>
+#include <string_view>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "matopt/config.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/core/traits.hpp"
+
+namespace matopt {
+
+struct QkClipOptions {
+  double tau = 100.0;   ///< the largest logit a head may keep
+  double alpha = 0.5;   ///< the share of the clip taken by W_q (W_k takes 1 - alpha)
+};
+
+/// Clips W_q and W_k in place from the heads' largest logits `max_logits` (one per query head, H of them)
+/// with `kv_heads` key/value heads (H for MHA, fewer under GQA; H must be a multiple). Returns the number of
+/// query groups that were scaled. Checks everything first: on an error (bad shapes, a non-finite logit, tau
+/// <= 0, alpha outside [0, 1]) it throws std::invalid_argument and changes nothing.
+template <class QMat, class KMat>
+Index qk_clip(QMat&& w_q, KMat&& w_k, const std::vector<double>& max_logits, Index kv_heads,
+              const QkClipOptions& o = {}) {
+  static_assert(detail::is_eigen_matrix_v<QMat> && detail::is_eigen_matrix_v<KMat>,
+                "matopt::qk_clip: W_q and W_k must be Eigen matrices (Matrix, Map, Ref, Block)");
+  using T = typename detail::remove_cvref_t<QMat>::Scalar;
+  constexpr std::string_view where = "matopt::qk_clip";
+  const Index heads = Index(max_logits.size());
+  if (!(o.tau > 0) || !std::isfinite(o.tau)) detail::fail(where, "tau must be finite and > 0 (got ", o.tau, ")");
+  if (!(o.alpha >= 0 && o.alpha <= 1)) detail::fail(where, "alpha must be in [0, 1] (got ", o.alpha, ")");
+  if (heads < 1) detail::fail(where, "max_logits is empty: one logit per query head is needed");
+  if (kv_heads < 1 || heads % kv_heads != 0)
+    detail::fail(where, "kv_heads = ", kv_heads, " must be >= 1 and divide the ", heads, " query heads");
+  if (w_q.rows() % heads != 0)
+    detail::fail(where, "W_q (", detail::shape_string(w_q.rows(), w_q.cols()), ") has no whole rows per head for ",
+                 heads, " heads");
+  const Index head_dim = w_q.rows() / heads;
+  if (w_k.rows() != kv_heads * head_dim || w_k.cols() != w_q.cols())
+    detail::fail(where, "W_k is ", detail::shape_string(w_k.rows(), w_k.cols()), " but ", kv_heads,
+                 " KV heads of W_q's head size ", head_dim, " need ", detail::shape_string(kv_heads * head_dim, w_q.cols()));
+  for (Index h = 0; h < heads; ++h)
+    if (!std::isfinite(max_logits[std::size_t(h)]))
+      detail::fail(where, "max_logits[", h, "] = ", max_logits[std::size_t(h)], " is not finite");
+
+  const Index per_group = heads / kv_heads;
+  Index clipped = 0;
+  for (Index g = 0; g < kv_heads; ++g) {
+    double s_max = max_logits[std::size_t(g * per_group)];
+    for (Index h = g * per_group + 1; h < (g + 1) * per_group; ++h) s_max = std::max(s_max, max_logits[std::size_t(h)]);
+    if (s_max <= o.tau) continue;
+    const double eta = o.tau / s_max;
+    w_q.middleRows(g * per_group * head_dim, per_group * head_dim) *= T(std::pow(eta, o.alpha));
+    w_k.middleRows(g * head_dim, head_dim) *= T(std::pow(eta, 1 - o.alpha));
+    ++clipped;
+  }
+  return clipped;
+}
+
+}  // namespace matopt
