@@ -13,6 +13,7 @@
 #include <doctest/doctest.h>
 
 #include <matopt/facade/any_optimizer.hpp>
+#include <matopt/hybrid/hybrid_optimizer.hpp>
 #include <matopt/lion.hpp>
 #include <matopt/presets.hpp>
 #include <matopt/qk_clip.hpp>
@@ -151,10 +152,12 @@ TEST_CASE_TEMPLATE("golden: Dion (microsoft/dion dion_reference.py, Householder 
                    float, double) {
   const Golden& gold = Golden::variants();
   for (const std::string shape : {"tall", "wide"}) {
-    for (const auto& [name, fraction] : {std::pair<std::string, double>{"dion", 1.0}, {"dion_half", 0.5}}) {
+    for (const auto& run_case : {std::pair<std::string, double>{"dion", 1.0}, {"dion_half", 0.5}}) {
+      const std::string name = run_case.first;  // (no structured bindings: Clang 14 cannot capture them)
+      const double fraction = run_case.second;
       CAPTURE(shape);
       CAPTURE(name);
-      auto run = [&, name = name, fraction = fraction](auto w) {
+      auto run = [&](auto w) {
         using Mat = decltype(w);
         Dion<T> opt;
         opt.options().precondition.rank_fraction = fraction;
@@ -311,7 +314,8 @@ TEST_CASE_TEMPLATE("variants: a zero gradient leaves W decayed only, a zero W mo
     check(run(TurboMuon<T>{}, w0, g), 0.0, "TurboMuon");
     check(run(Dion<T>{}, w0, g), 0.01, "Dion");
   };
-  for (const auto& [m, n] : {std::pair<Index, Index>{7, 5}, {5, 7}, {1, 6}, {6, 1}}) {
+  for (const auto& mn : {std::pair<Index, Index>{7, 5}, {5, 7}, {1, 6}, {6, 1}}) {
+    const Index m = mn.first, n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
     const ColMat<T> w0 = ColMat<T>::Random(m, n), zero = ColMat<T>::Zero(m, n);
@@ -511,4 +515,22 @@ TEST_CASE("qk_clip: the clipped groups' largest logit becomes tau, the others ar
   CHECK_THROWS_WITH_AS(qk_clip(wq, wk, {1e9, 2.0, 3.0, 4.0}, 2, QkClipOptions{-1.0, 0.5}), doctest::Contains("tau"),
                        std::invalid_argument);
   CHECK(wq == wq0);
+}
+
+TEST_CASE("Lion as the hybrid container's second optimizer: a vector parameter steps as the golden Lion") {
+  const Golden& gold = Golden::variants();
+  Eigen::VectorXd bias = gold["lion/vector/W0"].transpose();
+  Eigen::MatrixXd w = Eigen::MatrixXd::Random(6, 4);
+  HybridOptimizer<double> opt(make_optimizer<double>("muon"),
+                              make_optimizer<double>("lion", {{"lr", "0.01"}, {"weight_decay", "0.1"}}));
+  const auto iw = opt.add("fc.weight", view(w));
+  const auto ib = opt.add("fc.bias", view(bias));
+  CHECK(opt.route(iw) == Route::Matrix);
+  CHECK(opt.route(ib) == Route::AdamW);  // the non-matrix route, here Lion
+  for (int k = 1; k <= 3; ++k) {
+    const Eigen::VectorXd g = gold["lion/vector/G" + std::to_string(k)].transpose();
+    const Eigen::MatrixXd gw = Eigen::MatrixXd::Random(6, 4);
+    opt.step({view(gw), view(g)});
+    CHECK(rel_error(bias, Eigen::VectorXd(gold["lion/vector/W" + std::to_string(k)].transpose())) <= 1e-12);
+  }
 }

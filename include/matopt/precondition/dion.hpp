@@ -12,7 +12,7 @@
 // as a fixed pseudo-random normal matrix (dion: torch.randn; the same for equal shapes here) and is kept in the
 // state with M, so checkpoints resume bitwise. The sign of each column of P (the QR's convention) cancels in
 // P R^T and P Q^T. The QR allocates (Eigen's HouseholderQR): Dion is not on the zero-allocation list.
-// A sharded Dion (dion's DDP/FSDP variants) is not implemented.
+// One device only: dion's sharded (DDP / FSDP) forms are not part of matopt yet.
 
 #include <algorithm>
 #include <cmath>
