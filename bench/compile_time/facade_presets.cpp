@@ -10,7 +10,8 @@
 
 template <class T>
 int run() {
-  const char* names[] = {"muon", "moonlight_muon", "rmnp", "colnorm", "orscale", "adamw"};
+  const char* names[] = {"muon",      "moonlight_muon", "rmnp", "colnorm", "orscale", "normuon", "adamuon", "namo",
+                         "polargrad", "turbo_muon",     "dion", "adamw",   "lion"};
   int bad = 0;
   for (const char* name : names) {
     std::vector<T> w(6 * 10), g(6 * 10);
