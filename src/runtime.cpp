@@ -4,6 +4,7 @@
 // declare these instantiations `extern template`, so a translation unit that builds presets by name no longer
 // instantiates every preset's step (issue 18; scripts/facade_compile_time.sh measures it).
 // Typed use of the templates (matopt::Muon<float> and the rest) stays header-only and unchanged.
+// This file compiles the facade's dispatch and the containers; the presets' models are in src/runtime_*.cpp.
 #ifndef MATOPT_RUNTIME_COMPILED
 #error "src/runtime.cpp is built by the matopt::runtime target, which defines MATOPT_RUNTIME_COMPILED"
 #endif

@@ -5,6 +5,7 @@
 // A separate executable: it replaces malloc/free.
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -141,4 +142,49 @@ TEST_CASE("batched step, facade and hybrid allocate nothing after set-up") {
                                                            matopt::view(std::as_const(gb))};
   hybrid.step(grads);
   CHECK(allocations_in([&] { hybrid.step(grads); }) == 0);
+}
+
+TEST_CASE_TEMPLATE("no allocation either: compositions, skipped and zeroed steps, telemetry, tiled shapes", T, float,
+                   double) {
+  using namespace matopt;
+  using Mat = RowMatrix<T>;
+  using Capped = Optimizer<T, Orthogonalize<>, Momentum<Ema, Nesterov>, SpectralCap<Static<>>>;
+  using Switching = Optimizer<T, Adaptive<>, Momentum<Sum, Nesterov>, Static<>>;
+  using LarsSgd = Optimizer<T, RowNormalize, Momentum<Sum, Nesterov>, TrustRatio<trust::Lars, shape::Unit>>;
+  check_preset<Capped>();
+  typename Switching::Options every;
+  every.precondition.every = 100;  // between its dominance checks (a check evaluates U for its Gram: design.md)
+  check_no_allocation<Switching, Mat>(Switching(every), 40, 24);
+  check_preset<LarsSgd>();
+
+  // A skipped and a zeroed step (a NaN in G), and a step with a telemetry report.
+  Mat w = Mat::Random(24, 40), g = Mat::Random(24, 40);
+  Mat bad = g;
+  bad(3, 5) = std::numeric_limits<T>::quiet_NaN();
+  for (const NonFinite policy : {NonFinite::Skip, NonFinite::Zero}) {
+    Muon<T> opt;
+    opt.options().non_finite = policy;
+    auto st = opt.make_state(w);
+    opt.step(w, bad, st);
+    CHECK(allocations_in([&] { opt.step(w, bad, st); }) == 0);
+  }
+  Muon<T> reported;
+  long reports = 0;
+  reported.set_telemetry({1, [&](const StepReport<T>&) { ++reports; }});
+  auto st = reported.make_state(w);
+  reported.step(w, g, st);
+  CHECK(allocations_in([&] { reported.step(w, g, st); }) == 0);
+  CHECK(reports == 2);
+
+  // Large shapes (above the Eigen engine's 256-tile). Eigen's own GEMM packs its blocks into heap buffers there
+  // (README, design.md), so this runs under the BLAS engine only, and with OpenBLAS's products on one thread:
+  // Debian's OpenBLAS 0.3.21 (pthreads) mallocs its threads' job array in every threaded level-3 call (measured
+  // here: 15 allocations per Muon step at 300x280 with 2 threads, none with 1).
+  if (detail::kEngineThreads) {
+    detail::SerialEngineScope serial;
+    check_no_allocation<Muon<T>, Mat>(Muon<T>{}, 300, 280);
+    check_no_allocation<Muon<T>, ColMatrix<T>>(Muon<T>{}, 280, 600);
+    check_no_allocation<OrScale<T>, Mat>(OrScale<T>{}, 270, 300);
+    check_no_allocation<RMNP<T>, Mat>(RMNP<T>{}, 300, 280);
+  }
 }

@@ -2,7 +2,9 @@
 // rejection of truncated, corrupted, wrong-version, wrong-type, wrong-optimizer and wrong-shape files with
 // the live state unchanged, and kill-and-resume with real processes (fork + SIGKILL).
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -166,6 +168,66 @@ TEST_CASE("bad checkpoints are rejected with a clear error and change nothing") 
     rejects(one.str(), "the file holds 1 parameter states but 2 were given");
   }
   CHECK_THROWS_WITH_AS(load_checkpoint(temp_path("missing"), opt, states), doctest::Contains("cannot open"),
+                       CheckpointError);
+}
+
+namespace {
+/// Every field of `states`, as the checkpoint writes them (to compare states field by field).
+template <class Opt>
+std::string serialized(const Opt& opt, const std::vector<typename Opt::State>& states) {
+  std::stringstream ss;
+  save_checkpoint(ss, opt, states);
+  return ss.str();
+}
+
+/// A state after two real steps, changed by `forge` into something no step produces, saved with a valid header
+/// and checksum: loading it is refused with `message`, and the live state is unchanged in every field.
+template <class Opt, class Forge>
+void rejects_impossible(Opt opt, Index m, Index n, Forge&& forge, const char* message) {
+  CAPTURE(message);
+  using M = RowMat<typename Opt::Scalar>;
+  std::vector<M> ws{randn<M>(m, n, 1)};
+  std::vector<typename Opt::State> states{opt.make_state(ws[0])};
+  train(opt, ws, states, 0, 2);
+  auto forged = states;
+  forge(forged[0]);
+  std::istringstream is(serialized(opt, forged));
+  const std::string before = serialized(opt, states);
+  CHECK_THROWS_WITH_AS(load_checkpoint(is, opt, states), doctest::Contains(message), CheckpointError);
+  CHECK(serialized(opt, states) == before);
+}
+}  // namespace
+
+TEST_CASE("checkpoints with a valid checksum but impossible content are rejected and change nothing") {
+  using F = float;
+  rejects_impossible(AdamW<F>{}, 5, 3, [](auto& s) { s.steps = -1; }, "field 'steps' is -1: a count cannot be negative");
+  rejects_impossible(Muon<F>{}, 6, 4, [](auto& s) { s.skipped = -3; }, "field 'skipped' is -3");
+  rejects_impossible(Muon<F>{}, 6, 4, [](auto& s) { s.momentum(3) = std::numeric_limits<F>::quiet_NaN(); },
+                     "field 'momentum' has a non-finite entry (nan) at index 3");
+  rejects_impossible(AdamW<double>{}, 5, 3, [](auto& s) { s.m(0) = HUGE_VAL; }, "field 'm' has a non-finite entry");
+  rejects_impossible(AdamW<F>{}, 5, 3, [](auto& s) { s.v(2) = -1e-6f; },
+                     "field 'v' (AdamW's second moment) has a negative entry");
+  rejects_impossible(NorMuon<F>{}, 6, 4, [](auto& s) { s.precondition.second_moment(1) = -1; },
+                     "field 'second_moment' has a negative entry");
+  rejects_impossible(OrScale<double>{}, 6, 4, [](auto& s) { s.scaling.calibration = 0; },
+                     "field 'calibration' is 0.000000: it must be > 0");
+  rejects_impossible(OrScale<double>{}, 6, 4, [](auto& s) { s.scaling.last_ratio = -0.5; }, "field 'last_ratio'");
+  rejects_impossible(OrScale<F>{}, 6, 4, [](auto& s) { s.scaling.last_ratio = INFINITY; },
+                     "field 'last_ratio' is not finite (inf)");
+  rejects_impossible(CappedMuon{}, 6, 4, [](auto& s) { s.scaling.v *= 5; },
+                     "fields 'u' and 'v' must be unit vectors when 'warm' is set");
+  rejects_impossible(CappedMuon{}, 6, 4, [](auto& s) { s.scaling.sigma = -1; }, "field 'sigma'");
+  rejects_impossible(AdaptiveRmnp{}, 6, 4, [](auto& s) { s.precondition.r_min = -2; }, "field 'r_min' is -2");
+  rejects_impossible(Lion<F>{}, 5, 3, [](auto& s) { s.zeroed = -1; }, "field 'zeroed' is -1");
+
+  // The reserved header word (bytes 20-23) is 0 in every file this version writes.
+  Muon<F> opt;
+  std::vector<RowMat<F>> ws{randn<RowMat<F>>(6, 4, 1)};
+  std::vector<Muon<F>::State> states{opt.make_state(ws[0])};
+  std::string bad = serialized(opt, states);
+  bad[20] = 1;
+  std::istringstream is(bad);
+  CHECK_THROWS_WITH_AS(load_checkpoint(is, opt, states), doctest::Contains("the reserved header word is 1, not 0"),
                        CheckpointError);
 }
 

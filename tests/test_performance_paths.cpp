@@ -1,6 +1,6 @@
 // The optimized paths against the reference path: symmetric Newton–Schulz (tiled, parallel), the fused
 // one-pass normalization kernels and the batched step give the same numbers as straightforward Eigen
-// code, and bitwise the same numbers for 1 and 2 threads.
+// code, and bitwise the same numbers for 1, 2 and 3 threads.
 #include <optional>
 #include <vector>
 
@@ -92,7 +92,7 @@ TEST_CASE_TEMPLATE("fused normalization steps match the reference path", T, floa
   }
 }
 
-TEST_CASE("results are bitwise identical for 1 and 2 threads") {
+TEST_CASE_TEMPLATE("results are bitwise identical for 1, 2 and 3 threads", T, float, double) {
   auto run = [](auto opt, auto tag, Index m, Index n, int threads) {
     using M = decltype(tag);
     M w = randn<M>(m, n, 5);
@@ -102,18 +102,33 @@ TEST_CASE("results are bitwise identical for 1 and 2 threads") {
     });
     return w;
   };
-  // Both shapes take the tiled path (min(m, n) > 256: two tiles) and split rows between the threads, at about half
-  // the work of the 600 x 280 and 280 x 1100 used before (160 s of CI's Clang -O0 ASan stage).
-  for (const auto& mn : {std::pair<Index, Index>{420, 270}, {270, 700}}) {
+  const auto same = [&](auto opt, auto tag, Index m, Index n) {
+    const auto one = run(opt, tag, m, n, 1);
+    CHECK(run(opt, tag, m, n, 2) == one);
+    CHECK(run(opt, tag, m, n, 3) == one);  // more threads than this machine's 2 cores: rows split unevenly
+  };
+  // Both shapes take the tiled path (min(m, n) > 256: two tiles) and split rows between the threads. At -O0 (CI's
+  // sanitizer stage, where the optimized stage 1 has checked the numbers) one shape and two optimizers keep the
+  // threaded tiled code under ASan: the full set took 127 s there.
+#if defined(__OPTIMIZE__)
+  const std::vector<std::pair<Index, Index>> shapes{{420, 270}, {270, 700}};
+  constexpr bool all = true;
+#else
+  const std::vector<std::pair<Index, Index>> shapes{{258, 264}};
+  constexpr bool all = false;
+#endif
+  if (!all && std::is_same_v<T, double>) return;
+  for (const auto& mn : shapes) {
     const auto m = mn.first;
     const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
-    CHECK(run(Muon<float>{}, RowMat<float>(), m, n, 1) == run(Muon<float>{}, RowMat<float>(), m, n, 2));
-    CHECK(run(OrScale<float>{}, ColMat<float>(), m, n, 1) == run(OrScale<float>{}, ColMat<float>(), m, n, 2));
-    CHECK(run(RMNP<float>{}, RowMat<float>(), m, n, 1) == run(RMNP<float>{}, RowMat<float>(), m, n, 2));
-    CHECK(run(RMNP<float>{}, ColMat<float>(), m, n, 1) == run(RMNP<float>{}, ColMat<float>(), m, n, 2));
-    CHECK(run(ColNorm<float>{}, RowMat<float>(), m, n, 1) == run(ColNorm<float>{}, RowMat<float>(), m, n, 2));
+    same(Muon<T>{}, RowMat<T>(), m, n);
+    same(RMNP<T>{}, ColMat<T>(), m, n);
+    if (!all) continue;
+    same(OrScale<T>{}, ColMat<T>(), m, n);
+    same(RMNP<T>{}, RowMat<T>(), m, n);
+    same(ColNorm<T>{}, RowMat<T>(), m, n);
   }
 }
 

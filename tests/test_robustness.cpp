@@ -2,6 +2,7 @@
 // denormals, the documented results for zero rows and zero matrices, and property tests over random
 // shapes, storage orders, scalar types and hyperparameters.
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -185,4 +186,70 @@ TEST_CASE("property tests: random shapes, orders, types and hyperparameters") {
     steps(OrScale<double>{}, wd);
     steps(MoonlightMuon<double>{}, wd);
   }
+}
+
+namespace {
+/// The scalar map of `steps` Newton–Schulz steps with coefficients `c` (the last one repeating), composed here
+/// from spec §2.1's table rather than taken from the library's schedules.
+double ns_scalar_map(const std::vector<std::array<double, 3>>& c, double x, int steps) {
+  for (int k = 0; k < steps; ++k) {
+    const auto& abc = c[std::size_t(std::min<int>(k, int(c.size()) - 1))];
+    x = abc[0] * x + abc[1] * x * x * x + abc[2] * x * x * x * x * x;
+  }
+  return x;
+}
+
+template <class T, class M>
+void check_one_row_or_column(Index m, Index n) {
+  CAPTURE(m);
+  CAPTURE(n);
+  const M u = randn<Eigen::MatrixXd>(m, n, 17).cast<T>();
+  const double norm = u.template cast<double>().norm();
+  const Eigen::MatrixXd unit = u.template cast<double>() / norm;
+  const Eigen::MatrixXd sign = u.template cast<double>().array().sign().matrix();
+  const double eps = std::numeric_limits<T>::epsilon();
+  // RowNormalize: a unit row (1 x n), sign(U) (n x 1); ColNormalize the other way round (docs/reliability.md).
+  const Eigen::MatrixXd row = precondition<RowNormalize, T>(u).template cast<double>();
+  const Eigen::MatrixXd col = precondition<ColNormalize, T>(u).template cast<double>();
+  CHECK(rel_error(row, m == 1 ? unit : sign) <= 4 * eps);
+  CHECK(rel_error(col, n == 1 ? unit : sign) <= 4 * eps);
+  // Exact polar: U / ||U||.
+  CHECK(rel_error(precondition<Orthogonalize<ExactPolar>, T>(u).template cast<double>(), unit) <= 16 * eps);
+  // Newton–Schulz: rho U / ||U|| with rho the scalar map of the one singular value ||U|| / (kappa ||U|| + eps):
+  // 0.696 for Jordan's NS5, 0.904 for Polar Express, plain and Gram alike.
+  const std::vector<std::array<double, 3>> jordan = {{3.4445, -4.7750, 2.0315}};
+  const std::vector<std::array<double, 3>> polar_express = {
+      {8.156554524902461, -22.48329292557795, 15.878769915207462},
+      {4.042929935166739, -2.808917465908714, 0.5000178451051316},
+      {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
+      {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
+      {2.3465413258596377, -1.7097828382687081, 0.42323551169305323}};
+  const double rho_j = ns_scalar_map(jordan, norm / (norm + 1e-7), 5);
+  const double rho_pe = ns_scalar_map(polar_express, norm / (1.02 * norm + 1e-6), 5);
+  CHECK(rho_j == doctest::Approx(0.696).epsilon(1e-3));
+  CHECK(rho_pe == doctest::Approx(0.904).epsilon(1e-3));
+  for (const NsVariant v : {NsVariant::Plain, NsVariant::Gram}) {
+    CAPTURE(int(v));
+    typename Orthogonalize<NewtonSchulz<schedules::Jordan>>::Options oj;
+    oj.variant = v;
+    typename Orthogonalize<NewtonSchulz<schedules::PolarExpress>>::Options ope;
+    ope.variant = v;
+    // float: five steps of rounding of the one singular value (and the Gram form's squared one); Polar Express's
+    // first step (slope 8.2, c = 15.9) amplifies it most (measured 2.4e-5).
+    const bool f = std::is_same_v<T, float>;
+    CHECK(rel_error(precondition<Orthogonalize<NewtonSchulz<schedules::Jordan>>, T>(u, oj).template cast<double>(),
+                    (rho_j * unit).eval()) <= (f ? 2e-6 : 1e-14));
+    CHECK(rel_error(
+              precondition<Orthogonalize<NewtonSchulz<schedules::PolarExpress>>, T>(u, ope).template cast<double>(),
+              (rho_pe * unit).eval()) <= (f ? 5e-5 : 5e-14));
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("documented results on one row and one column (docs/reliability.md's table)", T, float, double) {
+  check_one_row_or_column<T, matopt::test::RowMat<T>>(1, 7);
+  check_one_row_or_column<T, matopt::test::ColMat<T>>(1, 7);
+  check_one_row_or_column<T, matopt::test::RowMat<T>>(7, 1);
+  check_one_row_or_column<T, matopt::test::ColMat<T>>(7, 1);
+  check_one_row_or_column<T, matopt::test::RowMat<T>>(1, 2);  // two entries
 }

@@ -73,6 +73,11 @@ class AdamW {
       f("m", m);
       f("v", v);
     }
+    /// Checkpoint loading (serialization/archive.hpp): the second moment is an EMA of squares.
+    template <class Fail>
+    void check_loaded(Fail&& fail) const {
+      if ((v.array() < T(0)).any()) fail("field 'v' (AdamW's second moment) has a negative entry");
+    }
   };
 
   AdamW() : AdamW(Options{}) {}

@@ -258,12 +258,23 @@ AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {})
   detail::fail("matopt::make_optimizer", "unknown optimizer '", name, "' (known: ", optimizer_names, ")");
 }
 
+/// Every preset make_optimizer builds, as X(Preset): the list matopt::runtime compiles (src/runtime_*.cpp).
+#define MATOPT_FACADE_PRESETS(X) \
+  X(Muon) X(MoonlightMuon) X(RMNP) X(ColNorm) X(OrScale) X(NorMuon) X(AdaMuon) X(NAMO) X(PolarGrad) X(TurboMuon) \
+  X(Dion) X(AdamW) X(Lion)
+
 #if defined(MATOPT_RUNTIME_COMPILED)
-// Linked with matopt::runtime (src/runtime.cpp): the facade for float and double is compiled there, once.
+// Linked with matopt::runtime: the facade for float and double is compiled there, once (src/runtime.cpp), and
+// each preset's model in one of src/runtime_*.cpp, so that the library builds in parallel.
 extern template class AnyOptimizer<float>;
 extern template class AnyOptimizer<double>;
 extern template AnyOptimizer<float> make_optimizer<float>(std::string_view, const Config&);
 extern template AnyOptimizer<double> make_optimizer<double>(std::string_view, const Config&);
+#define MATOPT_EXTERN_PRESET(Preset)                                                       \
+  extern template AnyOptimizer<float> detail::configured<Preset<float>>(const Config&); \
+  extern template AnyOptimizer<double> detail::configured<Preset<double>>(const Config&);
+MATOPT_FACADE_PRESETS(MATOPT_EXTERN_PRESET)
+#undef MATOPT_EXTERN_PRESET
 #endif
 
 }  // namespace matopt

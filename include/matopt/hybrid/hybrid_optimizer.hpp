@@ -9,6 +9,7 @@
 //   auto hd = opt.add("head.weight", matopt::view(W3), matopt::Role::Head);  // head -> AdamW
 //   opt.step({matopt::view(G1), matopt::view(gb1), matopt::view(G3)});
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -285,6 +286,7 @@ class HybridOptimizer {
     const auto with_values = r.pod<std::uint8_t>("the parameters flag");
     if (with_values > 1) Reader::fail("bad parameters flag ", int(with_values));
     const auto skipped = r.pod<std::int64_t>("the skipped-step count");
+    if (skipped < 0) Reader::fail("the skipped-step count is ", skipped, ": a count cannot be negative");
     std::vector<typename AnyOptimizer<T>::State> states;
     std::vector<T> values;
     states.reserve(params_.size());
@@ -309,6 +311,9 @@ class HybridOptimizer {
         const std::size_t at = values.size();
         values.resize(at + count);
         r.bytes(values.data() + at, count * sizeof(T), "parameter values");
+        for (std::size_t k = at; k < at + count; ++k)
+          if (!std::isfinite(values[k]))
+            Reader::fail("parameter '", p.name, "' has a non-finite value (", double(values[k]), ") at index ", k - at);
       }
     }
     if (r.left() != 0) Reader::fail(r.left(), " unread bytes after the last parameter");

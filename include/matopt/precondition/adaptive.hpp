@@ -57,6 +57,11 @@ struct Adaptive {
       f("calls", calls);
       f("switches", switches);
     }
+    /// Checkpoint loading (serialization/archive.hpp): a ratio of absolute row sums is not negative.
+    template <class Fail>
+    void check_loaded(Fail&& fail) const {
+      if (!(r_min >= 0)) fail("field 'r_min' is ", r_min, ": it must be >= 0");
+    }
   };
 
   template <class T>

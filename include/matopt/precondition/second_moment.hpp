@@ -163,6 +163,11 @@ struct SecondMoment {
     void fields(F&& f) {
       f("second_moment", second_moment);
     }
+    /// Checkpoint loading (serialization/archive.hpp): S is an EMA of squares.
+    template <class Fail>
+    void check_loaded(Fail&& fail) const {
+      if ((second_moment.array() < T(0)).any()) fail("field 'second_moment' has a negative entry");
+    }
   };
 
   /// The preconditioner reads the raw gradient too (NAMO's ||G||_F): Optimizer passes it.

@@ -61,6 +61,14 @@ struct SpectralCap {
       f("capped", capped);
       f("warm", warm);
     }
+    /// Checkpoint loading (serialization/archive.hpp): sigma >= 0, and a warm start from unit vectors (a power
+    /// iteration from a huge v would overflow W v).
+    template <class Fail>
+    void check_loaded(Fail&& fail) const {
+      if (!(sigma >= T(0))) fail("field 'sigma' is ", double(sigma), ": it must be >= 0");
+      const auto unit = [](const auto& x) { return std::abs(double(x.squaredNorm()) - 1) <= 1e-3; };
+      if (warm && !(unit(u) && unit(v))) fail("fields 'u' and 'v' must be unit vectors when 'warm' is set");
+    }
   };
 
   template <class T>

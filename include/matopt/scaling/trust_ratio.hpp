@@ -87,6 +87,13 @@ struct TrustRatio {
       f("calibrated", calibrated);
       f("last_ratio", last_ratio);
     }
+    /// Checkpoint loading (serialization/archive.hpp): c > 0 (1, or ||W0|| / ||D'0|| >= 1 / eps, or
+    /// 0.2 sqrt(max(m, n))), r >= 0.
+    template <class Fail>
+    void check_loaded(Fail&& fail) const {
+      if (!(calibration > T(0))) fail("field 'calibration' is ", double(calibration), ": it must be > 0");
+      if (!(last_ratio >= T(0))) fail("field 'last_ratio' is ", double(last_ratio), ": it must be >= 0");
+    }
   };
 
   static void validate(const Options& o, std::string_view where) {

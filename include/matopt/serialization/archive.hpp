@@ -11,6 +11,7 @@
 // by the bytes left, and a vector's length must equal the length the live state already has (made by
 // make_state for the current parameter), so a file for another shape is rejected, never allocated.
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
@@ -44,6 +45,13 @@ inline constexpr bool has_write_v = false;
 template <class S>
 inline constexpr bool has_write_v<S, std::void_t<decltype(std::declval<const S&>().write(std::declval<Writer&>()))>> =
     true;
+/// A state that checks the meaning of its loaded fields: `void check_loaded(Fail&& fail) const`.
+template <class S, class = void>
+inline constexpr bool has_check_loaded_v = false;
+template <class S>
+inline constexpr bool
+    has_check_loaded_v<S, std::void_t<decltype(std::declval<const S&>().check_loaded(std::declval<void (*)()>()))>> =
+        true;
 
 template <class V>
 constexpr FieldKind kind_of() {
@@ -128,10 +136,13 @@ class Reader {
 
   /// Restores every field of `state` in place. Throws CheckpointError on any mismatch; `state` may then be
   /// partly overwritten, so callers read into a copy.
+  /// After its fields, a state that declares `check_loaded(fail)` checks what the fields mean together (a
+  /// second moment is not negative, a calibration is positive, ...): `fail(parts...)` throws CheckpointError.
   template <class S>
   void state(S& s) {
     if constexpr (has_write_v<S>) s.read(*this);
     else s.fields([&](const char* name, auto& v) { field(name, v); });
+    if constexpr (has_check_loaded_v<S>) s.check_loaded([](const auto&... parts) { fail(parts...); });
   }
 
   template <class V>
@@ -150,9 +161,12 @@ class Reader {
       // Shapes are not restored but must match the live state (made for the current parameter).
       if (is_shape(name) && x != std::int64_t(v))
         fail("field '", name, "' is ", x, " in the file but ", std::int64_t(v), " in the live state");
+      // Every other integer of a state counts something (steps, skipped steps, switches, a rank).
+      if (!is_shape(name) && x < 0) fail("field '", name, "' is ", x, ": a count cannot be negative");
       v = static_cast<V>(x);
     } else if constexpr (kind == FieldKind::Float || kind == FieldKind::Double) {
       v = pod<V>(name);
+      if (!std::isfinite(v)) fail("field '", name, "' is not finite (", double(v), ")");
     } else if constexpr (kind == FieldKind::FloatVector || kind == FieldKind::DoubleVector) {
       const auto n = pod<std::uint64_t>(name);
       if (n != std::uint64_t(v.size()))
@@ -161,6 +175,9 @@ class Reader {
       need(bytes, name);
       if (bytes != 0) std::memcpy(v.data(), p_, bytes);
       advance(bytes);
+      // No step writes an inf or NaN into a state (a non-finite gradient throws, is skipped or zeroed).
+      for (Eigen::Index i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v(i))) fail("field '", name, "' has a non-finite entry (", double(v(i)), ") at index ", i);
     } else {
       state(v);
       if (pod<FieldKind>("an end marker") != FieldKind::End) fail("field '", name, "' does not end where expected");

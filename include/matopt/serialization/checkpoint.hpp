@@ -83,7 +83,8 @@ inline Reader unseal(const std::string& file, std::uint32_t scalar_bytes) {
   if (scalar != scalar_bytes)
     Reader::fail("scalar type mismatch: the file holds ", scalar == 4 ? "float" : scalar == 8 ? "double" : "unknown",
                  " state (", scalar, " bytes) but the optimizer is ", scalar_bytes == 4 ? "float" : "double");
-  r.pod<std::uint32_t>("the reserved word");
+  if (const auto reserved = r.pod<std::uint32_t>("the reserved word"); reserved != 0)
+    Reader::fail("the reserved header word is ", reserved, ", not 0: not a file this version wrote");
   const auto size = r.pod<std::uint64_t>("the payload size");
   const auto sum = r.pod<std::uint64_t>("the checksum");
   if (size != r.left())

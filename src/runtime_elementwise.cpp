@@ -1,0 +1,9 @@
+// matopt::runtime: the row/column-normalization and elementwise presets (src/runtime_presets.hpp).
+#include "runtime_presets.hpp"
+
+namespace matopt {
+MATOPT_INSTANTIATE_PRESET(RMNP)
+MATOPT_INSTANTIATE_PRESET(ColNorm)
+MATOPT_INSTANTIATE_PRESET(AdamW)
+MATOPT_INSTANTIATE_PRESET(Lion)
+}  // namespace matopt

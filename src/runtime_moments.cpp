@@ -1,0 +1,8 @@
+// matopt::runtime: the second-moment presets (issue 20) (src/runtime_presets.hpp).
+#include "runtime_presets.hpp"
+
+namespace matopt {
+MATOPT_INSTANTIATE_PRESET(NorMuon)
+MATOPT_INSTANTIATE_PRESET(AdaMuon)
+MATOPT_INSTANTIATE_PRESET(NAMO)
+}  // namespace matopt
