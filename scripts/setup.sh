@@ -6,7 +6,7 @@
 #   ./scripts/setup.sh bench    also PyTorch, for bench/compare.py and scripts/make_golden.py
 set -euo pipefail
 
-packages=(cmake make g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev
+packages=(cmake make ninja-build g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev
           zlib1g-dev dataset-fashion-mnist fortunes gnuplot-nox libtorch-dev clang libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 for group in "$@"; do
   case "$group" in
