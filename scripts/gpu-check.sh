@@ -6,6 +6,11 @@
 #   scripts/gpu-check.sh                                 # build directory build-gpu (MATOPT_GPU_BUILD_DIR overrides)
 #   OUT=/some/dir scripts/gpu-check.sh                   # results in $OUT, else in the build directory
 #   scripts/gpu-check.sh -DCMAKE_CUDA_ARCHITECTURES=80   # extra arguments go to the configure step
+#   scripts/gpu-check.sh --dry-run                       # no GPU needed: build everything the run needs (nvcc),
+#                                                        # then list what would run, in order, with its budget
+#
+# Run --dry-run on the build machine first: the device's minutes then go to running. (A build tree is not
+# relocatable; on a GPU machine with another checkout path the script configures and builds there again.)
 #
 # Order: the Thrust suite's one file is the slowest to compile, so it builds in the background while the CUDA
 # suite and the benchmark build and run (disjoint targets of one build tree); the benchmark runs before any test
@@ -15,6 +20,12 @@
 # table is printed whenever the CUDA suite built.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dry_run=0
+if [ "${1:-}" = "--dry-run" ]; then
+  dry_run=1
+  shift
+fi
+./scripts/setup.sh  # cmake, Eigen, doctest, Google Benchmark, ... (apt-get only for what is missing)
 build=${MATOPT_GPU_BUILD_DIR:-build-gpu}
 jobs=$(nproc)
 t0=$(date +%s)
@@ -23,6 +34,29 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMATOPT_WERROR=ON -DMATOPT_EN
   -DCMAKE_CUDA_ARCHITECTURES=90 -DMATOPT_BUILD_GPU=ON -DMATOPT_ENABLE_MPI=OFF -DMATOPT_BUILD_EXAMPLES=OFF "$@"
 out=${OUT:-$build}
 mkdir -p "$out"
+
+if [ "$dry_run" -eq 1 ]; then
+  # Everything, in the foreground, then the plan. Nothing here touches a GPU.
+  rc=0
+  for target in matopt_gpu_cuda_tests matopt_gpu_thrust_tests matopt_bench_gpu; do
+    cmake --build "$build" -j "$jobs" --target "$target" > "$out/build-$target.log" 2>&1 || {
+      rc=$?
+      echo "build of $target failed (exit $rc; see $out/build-$target.log)"
+      tail -n 20 "$out/build-$target.log"
+    }
+  done
+  count() { ctest --test-dir "$build" -N "$@" 2>/dev/null | sed -nE 's/^Total Tests: ([0-9]+)/\1/p'; }
+  echo
+  echo "========================= matopt GPU check: plan (--dry-run) ========================="
+  echo "  built in $(( $(date +%s) - t0 )) s, exit $rc; on the GPU machine the script runs, in this order:"
+  echo "  1. $build/bench/matopt_bench_gpu (5 repetitions, min time 0.2 s; nothing else on the GPU meanwhile)"
+  echo "  2. ctest -L gpu -R '^gpu-cuda:.*allocates? no device memory' alone: $(count -L gpu -R '^gpu-cuda:.*allocates? no device memory') tests"
+  echo "  3. ctest -L gpu -R '^gpu-cuda:' (the rest, -j 8): $(count -L gpu -R '^gpu-cuda:' -E 'allocates? no device memory') tests"
+  echo "  4. ctest -L gpu -R '^gpu-thrust:' (-j 8): $(count -L gpu -R '^gpu-thrust:') tests"
+  echo "  budget: each test's timeout 600 s; sized for an H200 with 16 cores, under 8 minutes in all (build included)"
+  echo "  then the table of the benchmark's summary, the NS tests' worst errors and the counts"
+  exit "$rc"
+fi
 
 cmake --build "$build" -j "$jobs" --target matopt_gpu_thrust_tests > "$out/build-thrust-suite.log" 2>&1 &
 thrust_build=$!

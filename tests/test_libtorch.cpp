@@ -2,6 +2,7 @@
 // HybridOptimizer on the same views, the AdamW route against torch::optim::AdamW (an independent
 // implementation), param-group lr changes and libtorch's schedulers, save/load, refused tensors.
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -155,6 +156,46 @@ TEST_CASE_TEMPLATE("TorchOptimizer's AdamW route matches torch::optim::AdamW", T
     CHECK(diff <= tol);
     CHECK(!bitwise_equal(item.value(), make_net(dtype, 2)->named_parameters()[item.key()]));  // it moved
   }
+}
+
+TEST_CASE_TEMPLATE("TorchOptimizer's non-matrix route can be Lion (vector_optimizer = lion)", T, float, double) {
+  const auto dtype = std::is_same_v<T, float> ? torch::kFloat32 : torch::kFloat64;
+  Net net = make_net(dtype, 3);
+  matopt::TorchOptions o;
+  o.vector_optimizer = "lion";
+  o.adamw = {{"lr", "1e-3"}, {"beta1", "0.9"}, {"beta2", "0.99"}, {"weight_decay", "0.1"}};
+  matopt::TorchOptimizer opt(net->named_parameters(), "muon", {}, o);
+  // Lion written here with torch's own ops (variants.md §5: W <- W (1 - lr wd) - lr sign(b1 m + (1 - b1) g),
+  // m <- b2 m + (1 - b2) g), on copies of the parameters that opt routes to its second optimizer.
+  std::map<std::string, torch::Tensor> w, m;
+  for (const auto& item : net->named_parameters())
+    if (opt.route(item.key()) == Route::AdamW) {
+      w[item.key()] = item.value().detach().clone();
+      m[item.key()] = torch::zeros_like(item.value());
+    }
+  REQUIRE(w.size() == 7);
+  for (int k = 0; k < 3; ++k) {
+    set_grads(net, k);
+    torch::NoGradGuard no_grad;
+    for (const auto& item : net->named_parameters()) {
+      if (!w.count(item.key())) continue;
+      const torch::Tensor g = item.value().grad();
+      torch::Tensor& wk = w[item.key()];
+      wk.mul_(1 - 1e-3 * 0.1).sub_(1e-3 * (0.9 * m[item.key()] + 0.1 * g).sign());
+      m[item.key()].mul_(0.99).add_(0.01 * g);
+    }
+    opt.step();
+  }
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;  // (rounding of the decay and of b1 m + (1 - b1) g)
+  for (const auto& item : net->named_parameters()) {
+    if (!w.count(item.key())) continue;
+    CAPTURE(item.key());
+    CHECK((item.value() - w[item.key()]).abs().max().item<double>() <= tol);
+  }
+  matopt::TorchOptions bad;
+  bad.vector_optimizer = "sgd";
+  CHECK(error_of([&] { matopt::TorchOptimizer(net->named_parameters(), "muon", {}, bad); })
+            .find("vector_optimizer 'sgd' is not one of adamw, lion") != std::string::npos);
 }
 
 TEST_CASE("TorchOptimizer: a param group's lr change and libtorch's StepLR take effect") {

@@ -64,8 +64,11 @@ struct TorchParamGroup {
 
 /// How TorchOptimizer routes and configures what it is given.
 struct TorchOptions {
-  /// The AdamW route's options, by the facade's keys (e.g. {{"lr", "1e-3"}, {"beta2", "0.999"}}); unset keys
-  /// keep matopt::AdamW's defaults.
+  /// The optimizer of the non-matrix route (vectors, embeddings, heads: the route called AdamW): "adamw"
+  /// (matopt::AdamW) or "lion" (matopt::Lion, lion.hpp; variants.md §5).
+  std::string vector_optimizer = "adamw";
+  /// That route's options, by the facade's keys (e.g. {{"lr", "1e-3"}, {"beta2", "0.999"}}; Lion's are lr,
+  /// beta1, beta2, weight_decay); unset keys keep the optimizer's defaults.
   Config adamw;
   /// Roles by exact parameter name; they take precedence over `role` and the name rules.
   std::map<std::string, Role> roles;
@@ -278,7 +281,10 @@ class TorchOptimizer : public torch::optim::Optimizer {
       ho.embeddings_to_adamw = options.embeddings_to_adamw;
       ho.heads_to_adamw = options.heads_to_adamw;
       ho.non_finite = options.non_finite;
-      HybridOptimizer<T> h(matrix.template make<T>(), make_optimizer<T>("adamw", options.adamw), ho);
+      if (options.vector_optimizer != "adamw" && options.vector_optimizer != "lion")
+        matopt::detail::fail("matopt::TorchOptimizer", "vector_optimizer '", options.vector_optimizer,
+                             "' is not one of adamw, lion");
+      HybridOptimizer<T> h(matrix.template make<T>(), make_optimizer<T>(options.vector_optimizer, options.adamw), ho);
       for (std::size_t g = 0; g < p.groups.size(); ++g)  // torch group g is the container's group g + 1
         h.add_group({"torch group " + std::to_string(g), T(1), std::nullopt});
       for (const Entry& e : p.entries) {

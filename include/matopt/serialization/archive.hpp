@@ -175,7 +175,8 @@ class Reader {
       need(bytes, name);
       if (bytes != 0) std::memcpy(v.data(), p_, bytes);
       advance(bytes);
-      // No step writes an inf or NaN into a state (a non-finite gradient throws, is skipped or zeroed).
+      // Steps keep states finite (a non-finite gradient throws, is skipped or zeroed; only a momentum summed past
+      // the type's largest value could overflow), and a step on an inf or NaN would spread it: refused.
       for (Eigen::Index i = 0; i < v.size(); ++i)
         if (!std::isfinite(v(i))) fail("field '", name, "' has a non-finite entry (", double(v(i)), ") at index ", i);
     } else {
