@@ -102,7 +102,8 @@ struct DionPowerIteration {
   static void check_state(const State<T>& s, const Options& o, Index m, Index n, std::string_view where) {
     if (m * n != 0 && s.rank != rank(o, m, n))
       detail::fail(where, "state was made with Dion rank ", s.rank, " but rank_fraction ", o.rank_fraction,
-                   " now gives ", rank(o, m, n), " for a ", detail::shape_string(m, n), " parameter");
+                   " and rank_multiple_of ", o.rank_multiple_of, " now give ", rank(o, m, n), " for a ",
+                   detail::shape_string(m, n), " parameter");
   }
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
