@@ -32,19 +32,24 @@ torch.set_default_dtype(torch.float64)
 LR, WD, BETA = 0.02, 0.01, 0.95
 
 
-def zeropower_via_newtonschulz5(G, steps=5):
-    a, b, c = (3.4445, -4.7750, 2.0315)
+def newton_schulz(G, coeffs, safety, eps):
+    """X / (safety ||X||_F + eps), then X <- a X + (b A + c A^2) X with A = X X^T per coefficient triple, on the
+    wide orientation (KellerJordan/Muon's zeropower_via_newtonschulz5, modded-nanogpt's polar_express)."""
     X = G.clone()
     if G.size(-2) > G.size(-1):
         X = X.mT
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
-    for _ in range(steps):
+    X = X / (X.norm(dim=(-2, -1), keepdim=True) * safety + eps)
+    for a, b, c in coeffs:
         A = X @ X.mT
         B = b * A + c * A @ A
         X = a * X + B @ X
     if G.size(-2) > G.size(-1):
         X = X.mT
     return X
+
+
+def zeropower_via_newtonschulz5(G, steps=5):
+    return newton_schulz(G, [(3.4445, -4.7750, 2.0315)] * steps, 1.0, 1e-7)
 
 
 def zeropower_polar_express(G):
@@ -53,17 +58,7 @@ def zeropower_polar_express(G):
               (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
               (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
               (2.3465413258596377, -1.7097828382687081, 0.42323551169305323)]
-    X = G.clone()
-    if G.size(-2) > G.size(-1):
-        X = X.mT
-    X = X / (X.norm() * 1.02 + 1e-6)
-    for a, b, c in coeffs:
-        A = X @ X.mT
-        B = b * A + c * A @ A
-        X = a * X + B @ X
-    if G.size(-2) > G.size(-1):
-        X = X.mT
-    return X
+    return newton_schulz(G, coeffs, 1.02, 1e-6)
 
 
 def moonlight_step(p, grad, buf):
