@@ -28,6 +28,8 @@ fi
 ./scripts/setup.sh  # cmake, Eigen, doctest, Google Benchmark, ... (apt-get only for what is missing)
 build=${MATOPT_GPU_BUILD_DIR:-build-gpu}
 jobs=$(nproc)
+# Ninja for a new build tree, as scripts/test.sh.
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}; fi
 t0=$(date +%s)
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMATOPT_WERROR=ON -DMATOPT_ENABLE_CUDA=ON \
