@@ -49,8 +49,16 @@ void with_threads(int threads, F&& f) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("tiled symmetric Newton–Schulz matches the plain reference", T, float, double) {
-  // Shapes spanning several tiles (kTile = 256), tall and wide.
-  for (const auto& mn : {std::pair<Index, Index>{300, 520}, {520, 300}, {40, 900}}) {
+  // Shapes spanning several tiles (kTile = 256), tall and wide. At -O0 (CI's sanitizer stage, after the optimized
+  // stage 1 checked every shape) one two-tile shape in float keeps the tiled products under ASan: the full set
+  // took 101 s there.
+#if defined(__OPTIMIZE__)
+  const std::vector<std::pair<Index, Index>> shapes{{300, 520}, {520, 300}, {40, 900}};
+#else
+  if (std::is_same_v<T, double>) return;
+  const std::vector<std::pair<Index, Index>> shapes{{258, 270}};
+#endif
+  for (const auto& mn : shapes) {
     const auto m = mn.first;
     const auto n = mn.second;
     CAPTURE(m);
@@ -133,7 +141,11 @@ TEST_CASE_TEMPLATE("results are bitwise identical for 1, 2 and 3 threads", T, fl
 }
 
 TEST_CASE_TEMPLATE("batched step equals stepping each parameter alone, for 1 and 2 threads", T, float, double) {
-  // Small (one per thread) and large (tiled) matrices mixed, both layouts.
+  // Small (one per thread) and large (tiled) matrices mixed, both layouts. At -O0 (the sanitizer stage) float only
+  // (double took 47 s there).
+#if !defined(__OPTIMIZE__)
+  if (std::is_same_v<T, double>) return;
+#endif
   const std::vector<std::pair<Index, Index>> shapes{{64, 96}, {300, 260}, {96, 64}, {48, 48}, {7, 200}};
   auto batched = [&](int threads) {
     std::vector<RowMat<T>> w;

@@ -1,7 +1,8 @@
 // libFuzzer target for the checkpoint loader (issue: reliability). Every input is tried three times against
 // several optimizers: as a whole file (header parsing), and as a payload sealed with a valid header and checksum
 // for float and for double (so that mutations reach the field parser and the checks of what fields mean).
-// Each input gets fresh optimizers and states, so a finding reproduces from its input alone. A finding is:
+// Each input gets fresh optimizers and states (its three forms then load into the same ones, in order), so a
+// finding reproduces from its input alone. A finding is:
 //  - an exception other than CheckpointError, a crash, a leak or undefined behaviour (ASan + UBSan);
 //  - a failed load that changed the live state (compared through its serialized bytes);
 //  - a successful load after which one step with a finite gradient leaves a non-finite weight: for the matrix
@@ -169,8 +170,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string raw(reinterpret_cast<const char*>(data), size);
   const std::string sealed4 = matopt::detail::seal(raw, 4), sealed8 = matopt::detail::seal(raw, 8);
   constexpr double any = HUGE_VAL;  // a finite step for every finite state
+  Targets t;  // fresh per input: nothing carries over from one input to the next
   for (const std::string* bytes : {&raw, &sealed4, &sealed8}) {
-    Targets t;  // fresh per attempt: nothing carries over between inputs
     t.muon.attempt(*bytes, any);
     t.orscale.attempt(*bytes, any);
     t.capped.attempt(*bytes, any);
