@@ -56,7 +56,7 @@ struct Target {
   explicit Target(std::vector<M> w) : ws(std::move(w)) {
     for (auto& x : ws) states.push_back(opt.make_state(x));
   }
-  /// Two steps, so that the seed files hold states with content.
+  /// Two steps, so that the seed files hold states with content (step k's gradient: the fixed matrix k rows on).
   void train() {
     for (int k = 0; k < 2; ++k)
       for (std::size_t i = 0; i < ws.size(); ++i)
