@@ -242,6 +242,40 @@ TEST_CASE("facade: build presets by name with key/value options") {
                        std::invalid_argument);
 }
 
+TEST_CASE("facade: muon with ns_steps=auto is MuonAutoSteps, and a state's fields read by path") {
+  auto opt = make_optimizer<double>("muon", {{"ns_steps", "auto"}, {"ns_plan_every", "3"}, {"ns_plan_quantile", "0.1"}});
+  CHECK(opt.name() == "matopt::MuonAutoSteps");
+  MuonAutoSteps<double>::Options o;
+  o.precondition.plan_every = 3;
+  o.precondition.plan_quantile = 0.1;
+  MuonAutoSteps<double> typed(o);
+  RowMat<double> w1 = randn(6, 9, 1), w2 = w1;
+  auto s1 = opt.make_state(view(w1));
+  auto s2 = typed.make_state(w2);
+  for (unsigned k = 0; k < 4; ++k) {
+    const RowMat<double> g = randn(6, 9, 10 + k);
+    opt.step(view(w1), view(g), s1);
+    typed.step(w2, g, s2);
+  }
+  CHECK(w1 == w2);
+  // field(): the typed state's values, by their checkpoint paths.
+  CHECK(s1.field("steps") == 4);
+  CHECK(s1.field("layout") == double(static_cast<int>(Layout::RowMajor)));
+  CHECK(s1.field("precondition.ns_steps") == double(s2.precondition.ns_steps));
+  CHECK(s1.field("precondition.quantile") == s2.precondition.quantile);
+  CHECK(s1.field("precondition.ns_work") == double(s2.precondition.ns_work));
+  CHECK(s1.field("precondition.calls") == 4);
+  CHECK_THROWS_WITH_AS(s1.field("precondition.r_min"),
+                       doctest::Contains("no scalar field 'precondition.r_min' (fields: rows, cols, layout, steps"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(s1.field("momentum"), doctest::Contains("no scalar field 'momentum'"), std::invalid_argument);
+  // Plain Muon takes ns_steps as a count only.
+  CHECK_THROWS_WITH_AS(make_optimizer<float>("rmnp", {{"ns_steps", "auto"}}), doctest::Contains("unknown option"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(make_optimizer<float>("muon", {{"ns_steps", "auto"}, {"ns_plan_quantile", "2"}}),
+                       doctest::Contains("ns_plan_quantile must be in (0, 1] (got 2"), std::invalid_argument);
+}
+
 TEST_CASE("hybrid: routing, groups and effective lr") {
   RowMat<float> w1 = randn(16, 8, 1).cast<float>(), w2 = randn(10, 16, 2).cast<float>();
   RowMat<float> emb = randn(20, 16, 3).cast<float>();

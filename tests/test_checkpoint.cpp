@@ -103,6 +103,9 @@ TEST_CASE("checkpoint round trips for compositions: spectral cap vectors, adapti
   typename AdaptiveRmnp::Options o;
   o.precondition.every = 2;
   round_trip(AdaptiveRmnp(o));
+  typename MuonAutoSteps<float>::Options planned;
+  planned.precondition.plan_every = 2;  // plans at steps 1, 3, 5, 7: the resumed run must keep the saved one
+  round_trip(MuonAutoSteps<float>(planned));
 }
 
 TEST_CASE("bad checkpoints are rejected with a clear error and change nothing") {
@@ -219,6 +222,12 @@ TEST_CASE("checkpoints with a valid checksum but impossible content are rejected
   rejects_impossible(CappedMuon{}, 6, 4, [](auto& s) { s.scaling.sigma = -1; }, "field 'sigma'");
   rejects_impossible(AdaptiveRmnp{}, 6, 4, [](auto& s) { s.precondition.r_min = -2; }, "field 'r_min' is -2");
   rejects_impossible(Lion<F>{}, 5, 3, [](auto& s) { s.zeroed = -1; }, "field 'zeroed' is -1");
+  rejects_impossible(MuonAutoSteps<F>{}, 6, 4, [](auto& s) { s.precondition.quantile = 2; },
+                     "field 'quantile' is 2.000000: it must be in [0, 1]");
+  rejects_impossible(MuonAutoSteps<F>{}, 6, 4, [](auto& s) { s.precondition.ns_steps = 0; },
+                     "field 'ns_steps' is 0 after 2 steps: it must be >= 1");
+  rejects_impossible(MuonAutoSteps<double>{}, 6, 4, [](auto& s) { s.precondition.ns_steps = 5000; },
+                     "field 'ns_steps' is 5000: it must be <= 1000");
 
   // The reserved header word (bytes 20-23) is 0 in every file this version writes.
   Muon<F> opt;

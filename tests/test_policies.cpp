@@ -295,3 +295,145 @@ TEST_CASE("preset defaults (spec §4)") {
   Eigen::MatrixXd wide(16, 64);
   CHECK(col.effective_lr(col.make_state(wide)) == doctest::Approx(0.02 * 2));
 }
+
+// AutoSteps (ns_steps=auto): the plan against the spectrum the test builds, K against Jordan's scalar map.
+namespace {
+/// G = Q1 diag(sigma) Q2^T, m x n (m <= n), with orthonormal Q1, Q2: its singular values are sigma.
+Eigen::MatrixXd with_singular_values(const Eigen::VectorXd& sigma, Index n, unsigned seed) {
+  const Index m = sigma.size();
+  return random_orthonormal(m, m, seed) * sigma.asDiagonal() * random_orthonormal(n, m, seed + 1).transpose();
+}
+/// numpy's "linear" quantile at p of sigma / ||sigma|| (sigma ascending).
+double normalized_quantile(const Eigen::VectorXd& sigma, double p) {
+  const Eigen::VectorXd s = sigma / sigma.norm();
+  const double h = double(s.size() - 1) * p;
+  const auto lo = Index(std::floor(h));
+  return s[lo] + (h - double(lo)) * (s[lo + 1] - s[lo]);
+}
+/// The fewest k whose k-step Jordan map p(s) = 3.4445 s - 4.7750 s^3 + 2.0315 s^5 (spec §2.1) takes q to >= tau.
+int jordan_steps(double q, double tau) {
+  for (int k = 1;; ++k) {
+    q = q * (3.4445 + q * q * (-4.7750 + q * q * 2.0315));
+    if (q >= tau) return k;
+  }
+}
+template <class T>
+using AutoMuon = MuonAutoSteps<T>;
+}  // namespace
+
+TEST_CASE_TEMPLATE("AutoSteps plans the fewest Jordan steps that lift the tracked quantile to tau, and steps as Muon "
+                   "with that many steps",
+                   T, float, double) {
+  const double sv_tol = std::is_same_v<T, float> ? 2e-6 : 1e-12;  // float: G rounded to 24 bits
+  // Two spectra of a 12 x 20 gradient: a flat one (q about 0.2: one step) and one with a tail at 1e-4.
+  Eigen::VectorXd flat(12), tail(12);
+  for (Index i = 0; i < 12; ++i) flat[i] = 0.8 + 0.05 * double(i);
+  for (Index i = 0; i < 12; ++i) tail[i] = i < 2 ? 1e-4 * double(i + 1) : std::pow(10.0, -2.0 + 0.2 * double(i));
+  for (const Eigen::VectorXd* sigma : {&flat, &tail}) {
+    const double q = normalized_quantile(*sigma, 0.05);
+    const int k = jordan_steps(q, 0.5);
+    CAPTURE(q);
+    CAPTURE(k);
+    const Eigen::MatrixXd g = with_singular_values(*sigma, 20, 7);
+    for (bool tall : {false, true}) {
+      CAPTURE(tall);
+      const RowMat<T> gt = (tall ? Eigen::MatrixXd(g.transpose()) : g).cast<T>();
+      const RowMat<T> w0 = randn(gt.rows(), gt.cols(), 3).template cast<T>();
+      AutoMuon<T> opt;
+      RowMat<T> w = w0;
+      auto s = opt.make_state(w);
+      opt.step(w, gt, s);
+      CHECK(std::abs(s.precondition.quantile - q) <= sv_tol);
+      CHECK(s.precondition.ns_steps == k);
+      CHECK(s.precondition.ns_work == k);
+      // The step is Muon's with ns_steps = k (the plan reaches Newton–Schulz).
+      typename Muon<T>::Options mo;
+      mo.precondition.schedule.steps = k;
+      Muon<T> muon(mo);
+      RowMat<T> wm = w0;
+      auto sm = muon.make_state(wm);
+      muon.step(wm, gt, sm);
+      CHECK(wm == w);
+    }
+  }
+  CHECK(jordan_steps(normalized_quantile(flat, 0.05), 0.5) == 1);
+  CHECK(jordan_steps(normalized_quantile(tail, 0.05), 0.5) == 8);
+}
+
+TEST_CASE("AutoSteps re-plans every plan_every steps and counts its Newton–Schulz work") {
+  typename AutoMuon<double>::Options o;
+  o.precondition.plan_every = 2;
+  AutoMuon<double> opt(o);
+  Eigen::VectorXd flat = Eigen::VectorXd::Constant(6, 1.0), tail(6);
+  tail << 1e-5, 1e-3, 0.1, 0.5, 1, 1;
+  const RowMat<double> g_flat = with_singular_values(flat, 10, 1), g_tail = 1e3 * with_singular_values(tail, 10, 2);
+  RowMat<double> w = RowMat<double>::Zero(6, 10);
+  auto s = opt.make_state(w);
+  opt.step(w, g_flat, s);  // planned: an orthogonal U needs one step (q = 1 / sqrt(6))
+  CHECK(s.precondition.ns_steps == jordan_steps(1 / std::sqrt(6.0), 0.5));
+  const auto k1 = s.precondition.ns_steps;
+  opt.step(w, g_tail, s);  // not a check: the plan is kept
+  CHECK(s.precondition.ns_steps == k1);
+  CHECK(s.precondition.calls == 2);
+  opt.step(w, g_tail, s);  // re-planned for U, whose tail now needs more steps
+  CHECK(s.precondition.ns_steps > k1);
+  CHECK(s.precondition.ns_work == 2 * k1 + s.precondition.ns_steps);
+  CHECK(w.allFinite());
+}
+
+TEST_CASE_TEMPLATE("AutoSteps on a zero gradient, one row and one column", T, float, double) {
+  // Zero U: q = 0, the schedule's own 5 steps, W unchanged.
+  AutoMuon<T> opt;
+  RowMat<T> w = RowMat<T>::Ones(4, 7);
+  auto s = opt.make_state(w);
+  opt.step(w, RowMat<T>::Zero(4, 7), s);
+  CHECK(s.precondition.quantile == 0);
+  CHECK(s.precondition.ns_steps == 5);
+  CHECK(w == RowMat<T>::Ones(4, 7));
+  // 1 x n and n x 1: the one normalized singular value is 1, one step suffices: NS's input is s U / ||U|| with
+  // s = ||U|| / (||U|| + eps) (eps 1e-7), and D = p(s) U / ||U||.
+  const auto p = [](double x) { return x * (3.4445 + x * x * (-4.7750 + x * x * 2.0315)); };
+  for (bool row : {true, false}) {
+    CAPTURE(row);
+    const RowMat<T> g = (row ? randn(1, 9, 4) : randn(9, 1, 4)).cast<T>();
+    typename AutoMuon<T>::Options o;
+    o.momentum = T(0);  // U = G
+    o.nesterov = false;
+    o.lr = T(1);
+    AutoMuon<T> one(o);
+    RowMat<T> w1 = RowMat<T>::Zero(g.rows(), g.cols());
+    auto s1 = one.make_state(w1);
+    one.step(w1, g, s1);
+    CHECK(s1.precondition.ns_steps == 1);
+    const double scale = row ? 1.0 : 3.0;  // MuonOriginal: max(1, m/n)^(1/2)
+    const double norm = g.template cast<double>().norm();
+    CHECK(rel_error(w1.template cast<double>(), (-scale * p(norm / (norm + 1e-7)) / norm) * g.template cast<double>()) <=
+          tol<T>());
+  }
+}
+
+TEST_CASE("AutoSteps refuses options it cannot plan for, naming the key") {
+  using O = typename AutoMuon<double>::Options;
+  auto refuses = [](O o, const char* message) {
+    CAPTURE(message);
+    CHECK_THROWS_WITH_AS(AutoMuon<double>{o}, doctest::Contains(message), std::invalid_argument);
+  };
+  O o;
+  o.precondition.plan_quantile = 0;
+  refuses(o, "ns_plan_quantile must be in (0, 1] (got 0");
+  o = O{};
+  o.precondition.plan_every = 0;
+  refuses(o, "ns_plan_every must be >= 1");
+  o = O{};
+  o.precondition.plan_max_steps = 0;
+  refuses(o, "ns_plan_max_steps must be in [1, 1000]");
+  o = O{};
+  o.precondition.plan_tau = -1;
+  refuses(o, "ns_plan_tau");
+  o = O{};
+  o.precondition.schedule.aol = true;
+  refuses(o, "ns_aol: ns_steps=auto plans for the Frobenius-normalized input");
+  o = O{};
+  o.precondition.heads = 2;
+  refuses(o, "heads / split_sizes: ns_steps=auto plans the whole matrix");
+}

@@ -18,6 +18,7 @@
 
 #include "matopt/core/optimizer.hpp"
 #include "matopt/momentum/momentum.hpp"
+#include "matopt/precondition/auto_steps.hpp"
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/dion.hpp"
 #include "matopt/precondition/exact_polar.hpp"
@@ -34,6 +35,10 @@ namespace matopt {
 namespace defaults {
 struct Muon {
   static constexpr const char* name = "matopt::Muon";
+  static constexpr double lr = 0.02, weight_decay = 0.0;
+};
+struct MuonAutoSteps {
+  static constexpr const char* name = "matopt::MuonAutoSteps";
   static constexpr double lr = 0.02, weight_decay = 0.0;
 };
 struct MoonlightMuon {
@@ -82,6 +87,12 @@ struct Dion {
 template <class T>
 using Muon = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::Jordan>>, Momentum<Ema, Nesterov>,
                        Static<shape::MuonOriginal>, defaults::Muon>;
+
+/// Muon whose Newton–Schulz step count is re-planned per matrix every 100 steps from its momentum's 5%
+/// singular-value quantile (AutoSteps; seed abstract 1). The facade builds it for `muon` with ns_steps=auto.
+template <class T>
+using MuonAutoSteps = Optimizer<T, AutoSteps<NewtonSchulz<schedules::Jordan>>, Momentum<Ema, Nesterov>,
+                                Static<shape::MuonOriginal>, defaults::MuonAutoSteps>;
 
 /// Moonlight's Muon (Liu et al., arXiv 2502.16982): update RMS matched to AdamW, decoupled decay 0.1.
 template <class T>

@@ -50,6 +50,7 @@ class AnyOptimizer {
     virtual std::int64_t zeroed() const = 0;
     virtual void write(detail::Writer& w) const = 0;
     virtual void read(detail::Reader& r) = 0;
+    virtual bool scalar(std::string_view path, double& out, std::string& known) const = 0;
   };
   template <class Opt>
   struct StateModel final : StateBase {
@@ -64,6 +65,9 @@ class AnyOptimizer {
     std::int64_t zeroed() const override { return state.zeroed; }
     void write(detail::Writer& w) const override { w.state(state); }
     void read(detail::Reader& r) override { r.state(state); }
+    bool scalar(std::string_view path, double& out, std::string& known) const override {
+      return detail::find_scalar(state, path, out, known);
+    }
   };
 
  public:
@@ -85,6 +89,18 @@ class AnyOptimizer {
     std::int64_t steps() const { return impl_ ? impl_->steps() : 0; }      ///< steps taken
     std::int64_t skipped() const { return impl_ ? impl_->skipped() : 0; }  ///< skipped (NonFinite::Skip)
     std::int64_t zeroed() const { return impl_ ? impl_->zeroed() : 0; }    ///< taken with G zeroed (Zero)
+
+    /// A scalar field of the wrapped state by its checkpoint path, e.g. "precondition.ns_steps" (AutoSteps'
+    /// plan), "scaling.last_ratio" (a trust ratio), "precondition.exact" (Adaptive's choice). Throws
+    /// std::invalid_argument naming the known paths when there is no such field.
+    double field(std::string_view path) const {
+      constexpr const char* where = "matopt::AnyOptimizer::State::field";
+      if (!impl_) detail::fail(where, "the state is empty");
+      double v = 0;
+      std::string known;
+      if (!impl_->scalar(path, v, known)) detail::fail(where, "no scalar field '", path, "' (fields: ", known, ")");
+      return v;
+    }
 
     /// Checkpoints (serialization/checkpoint.hpp): the wrapped state's fields.
     void write(detail::Writer& w) const {
@@ -242,7 +258,12 @@ inline constexpr const char* optimizer_names =
 /// Throws std::invalid_argument for an unknown name, key or a bad value.
 template <class T>
 AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {}) {
-  if (name == "muon") return detail::configured<Muon<T>>(config);
+  if (name == "muon") {
+    // ns_steps=auto: the step count re-planned per matrix (MuonAutoSteps, precondition/auto_steps.hpp).
+    if (auto it = config.find("ns_steps"); it != config.end() && it->second == "auto")
+      return detail::configured<MuonAutoSteps<T>>(config);
+    return detail::configured<Muon<T>>(config);
+  }
   if (name == "moonlight_muon") return detail::configured<MoonlightMuon<T>>(config);
   if (name == "rmnp") return detail::configured<RMNP<T>>(config);
   if (name == "colnorm") return detail::configured<ColNorm<T>>(config);
@@ -260,8 +281,8 @@ AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {})
 
 /// Every preset make_optimizer builds, as X(Preset): the list matopt::runtime compiles (src/runtime_*.cpp).
 #define MATOPT_FACADE_PRESETS(X) \
-  X(Muon) X(MoonlightMuon) X(RMNP) X(ColNorm) X(OrScale) X(NorMuon) X(AdaMuon) X(NAMO) X(PolarGrad) X(TurboMuon) \
-  X(Dion) X(AdamW) X(Lion)
+  X(Muon) X(MuonAutoSteps) X(MoonlightMuon) X(RMNP) X(ColNorm) X(OrScale) X(NorMuon) X(AdaMuon) X(NAMO) \
+  X(PolarGrad) X(TurboMuon) X(Dion) X(AdamW) X(Lion)
 
 #if defined(MATOPT_RUNTIME_COMPILED)
 // Linked with matopt::runtime: the facade for float and double is compiled there, once (src/runtime.cpp), and

@@ -210,6 +210,9 @@ class HybridOptimizer {
   /// changes nothing (state nor parameter) unless the whole file is valid. Atomic on write.
   /// See save_checkpoint / load_checkpoint below, which call checkpoint_bytes() and restore().
 
+  /// Parameter i's optimizer state (read its fields with State::field, e.g. "precondition.ns_steps").
+  const typename AnyOptimizer<T>::State& state(std::size_t i) const { return param(i, "state").state; }
+
   /// Bytes of all parameters' optimizer state plus both optimizers' workspaces.
   std::size_t state_bytes() const {
     std::size_t b = matrix_.workspace_bytes() + adamw_.workspace_bytes();

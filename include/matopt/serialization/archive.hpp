@@ -64,6 +64,30 @@ constexpr FieldKind kind_of() {
   else return FieldKind::Nested;
 }
 
+/// Reads a scalar field (integer, enum, bool or floating point) of a state by its path: the checkpoint's field
+/// names joined by '.', e.g. "steps" or "precondition.ns_steps". Returns whether it was found (into `out`);
+/// appends every scalar path to `known` (for the caller's error message). Vectors are not scalars.
+template <class S>
+bool find_scalar(const S& s, std::string_view path, double& out, std::string& known, const std::string& prefix = {}) {
+  bool found = false;
+  const_cast<S&>(s).fields([&](const char* name, const auto& v) {  // fields() only reads here
+    using V = std::decay_t<decltype(v)>;
+    const std::string full = prefix.empty() ? std::string(name) : prefix + "." + name;
+    constexpr FieldKind kind = kind_of<V>();
+    if constexpr (kind == FieldKind::Nested) {
+      found = find_scalar(v, path, out, known, full) || found;
+    } else if constexpr (kind != FieldKind::FloatVector && kind != FieldKind::DoubleVector) {
+      (known += known.empty() ? "" : ", ") += full;
+      if (full == path) {
+        if constexpr (std::is_enum_v<V>) out = double(static_cast<std::int64_t>(v));
+        else out = double(v);
+        found = true;
+      }
+    }
+  });
+  return found;
+}
+
 class Writer {
  public:
   template <class P>

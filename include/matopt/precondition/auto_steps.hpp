@@ -1,0 +1,147 @@
+#pragma once
+// AutoSteps: Orthogonalize whose Newton–Schulz step count is re-planned per matrix from the momentum's own
+// spectrum (facade: `muon` with ns_steps=auto).
+//
+// Why: NS maps a normalized singular value s to p_K(s), and directions with s below the schedule's failure
+// threshold come out far from 1 (spec §6). Seed abstract 1 (Magakyan et al.) tracks the singular-value
+// quantiles of each layer's momentum and finds that they settle after a burn-in at a value set by layer type
+// and model size, so the fewest steps that still orthogonalize the directions that matter can be chosen per
+// layer. Every `plan_every` steps of a parameter (its first step included) this policy measures the quantile
+// q at p = `plan_quantile` of the singular values of X = U / ||U||_F and sets K = plan_ns_steps(schedule, q,
+// {tau, max_steps}).steps (diagnostics/ns_analysis.hpp: the fewest K whose failure threshold lies at or
+// below q / safety; max_steps when none does), which it keeps until the next check. A zero U (q = 0) keeps
+// the schedule's own `steps`.
+//
+// Cost: a check forms U's Gram on the short side in double and its eigenvalues (r^2 s + O(r^3) for r x s,
+// r <= s: about one NS iteration and a symmetric eigensolve) and allocates them; between checks a step costs
+// K NS iterations and allocates nothing. The plan, the measured q and the NS iterations run are in the
+// parameter's state (and in checkpoints). Host engines only (the device optimizers do not take this policy).
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <Eigen/Eigenvalues>
+
+#include "matopt/core/errors.hpp"
+#include "matopt/core/parse.hpp"
+#include "matopt/diagnostics/ns_analysis.hpp"
+#include "matopt/precondition/newton_schulz.hpp"
+#include "matopt/precondition/orthogonalize.hpp"
+
+namespace matopt {
+
+namespace detail {
+/// The quantile at p (numpy's "linear" rule over all r = min(m, n) values) of the singular values of
+/// U / ||U||_F, from the eigenvalues of the r x r Gram in double: sigma_i^2 = lambda_i / ||U||_F^2. 0 for a
+/// zero U. Absolute error about 1e-16 r in sigma^2, so quantiles down to about 1e-7 are resolved.
+template <class UExpr>
+double normalized_sv_quantile(const UExpr& u, double p) {
+  const Eigen::MatrixXd x = u.template cast<double>();
+  const double fro2 = x.squaredNorm();
+  if (!(fro2 > 0)) return 0;
+  const Eigen::MatrixXd a = x.rows() > x.cols() ? Eigen::MatrixXd(x.transpose() * x) : Eigen::MatrixXd(x * x.transpose());
+  Eigen::VectorXd s = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(a, Eigen::EigenvaluesOnly).eigenvalues();
+  for (Index i = 0; i < s.size(); ++i) s[i] = std::sqrt(std::max(s[i], 0.0) / fro2);  // ascending, as lambda
+  const double h = double(s.size() - 1) * p;
+  const auto lo = static_cast<Index>(std::floor(h));
+  return lo >= s.size() - 1 ? s[s.size() - 1] : s[lo] + (h - double(lo)) * (s[lo + 1] - s[lo]);
+}
+}  // namespace detail
+
+template <class Method = NewtonSchulz<>>
+struct AutoSteps {
+  using Inner = Orthogonalize<Method>;
+  struct Options : Inner::Options {
+    int plan_every = 100;        ///< re-plan every `plan_every` steps of a parameter (the first included)
+    double plan_quantile = 0.05;  ///< p of the tracked quantile of sigma(U) / ||U||_F
+    double plan_tau = 0.5;       ///< band the tracked direction must reach (NsPlanOptions::tau)
+    int plan_max_steps = 10;     ///< the most NS steps a plan may choose
+  };
+  template <class T>
+  struct Workspace : Inner::template Workspace<T> {
+    typename Inner::Options run;  ///< the options with the planned step count (assigned in place: no allocation)
+  };
+  /// Per parameter: the plan in use and what the last check measured.
+  template <class T>
+  struct State {
+    std::int64_t ns_steps = 0;  ///< K of the last plan (0 before the first step)
+    double quantile = 0;        ///< q measured at the last check
+    std::int64_t calls = 0;     ///< steps preconditioned
+    std::int64_t ns_work = 0;   ///< NS iterations run in all (sum of K over the steps)
+    template <class F>
+    void fields(F&& f) {
+      f("ns_steps", ns_steps);
+      f("quantile", quantile);
+      f("calls", calls);
+      f("ns_work", ns_work);
+    }
+    /// Checkpoint loading (serialization/archive.hpp): q is a normalized singular value, and a parameter that
+    /// has been stepped has a plan of 1 to max_plan_steps steps.
+    template <class Fail>
+    void check_loaded(Fail&& fail) const {
+      if (!(quantile >= 0 && quantile <= 1)) fail("field 'quantile' is ", quantile, ": it must be in [0, 1]");
+      if (ns_steps > max_plan_steps) fail("field 'ns_steps' is ", ns_steps, ": it must be <= ", max_plan_steps);
+      if (calls > 0 && ns_steps < 1) fail("field 'ns_steps' is ", ns_steps, " after ", calls, " steps: it must be >= 1");
+    }
+  };
+
+  /// The most steps a plan (ns_plan_max_steps) or a loaded state may hold.
+  static constexpr int max_plan_steps = 1000;
+
+  static constexpr const char* name() { return "AutoSteps"; }
+  static std::string identity() { return std::string("AutoSteps<") + detail::policy_identity<Inner>() + ">"; }
+
+  template <class T>
+  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
+    Inner::reserve(ws, o, m, n);
+    ws.run = o;  // sizes the copy's vectors once
+  }
+
+  static void validate(const Options& o, std::string_view where) {
+    Inner::validate(o, where);
+    if (o.blocked()) detail::fail(where, "heads / split_sizes: ns_steps=auto plans the whole matrix");
+    if (o.schedule.aol)
+      detail::fail(where, "ns_aol: ns_steps=auto plans for the Frobenius-normalized input, not AOL's");
+    if (o.schedule.steps > max_plan_steps)
+      detail::fail(where, "ns_steps must be <= ", max_plan_steps, " (got ", o.schedule.steps, ")");
+    if (o.plan_every < 1) detail::fail(where, "ns_plan_every must be >= 1 (got ", o.plan_every, ")");
+    if (!(o.plan_quantile > 0 && o.plan_quantile <= 1))
+      detail::fail(where, "ns_plan_quantile must be in (0, 1] (got ", o.plan_quantile, ")");
+    detail::require_positive(where, "ns_plan_tau", o.plan_tau);
+    if (o.plan_max_steps < 1 || o.plan_max_steps > max_plan_steps)
+      detail::fail(where, "ns_plan_max_steps must be in [1, ", max_plan_steps, "] (got ", o.plan_max_steps, ")");
+  }
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "ns_steps" && value == "auto") return true;  // what this policy is
+    if (key == "ns_plan_every") o.plan_every = detail::parse_int(key, value);
+    else if (key == "ns_plan_quantile") o.plan_quantile = detail::parse_double(key, value);
+    else if (key == "ns_plan_tau") o.plan_tau = detail::parse_double(key, value);
+    else if (key == "ns_plan_max_steps") o.plan_max_steps = detail::parse_int(key, value);
+    else return Inner::set_option(o, key, value);
+    return true;
+  }
+  static std::string option_keys() {
+    return "ns_plan_every, ns_plan_quantile, ns_plan_tau, ns_plan_max_steps, " + Inner::option_keys();
+  }
+
+  /// Calls sink(D) with D the m x n orthogonalized direction of U, by K planned NS steps.
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
+    if (s.calls % o.plan_every == 0) {
+      s.quantile = detail::normalized_sv_quantile(u, o.plan_quantile);
+      NsPlanOptions plan;
+      plan.tau = o.plan_tau;
+      plan.max_steps = o.plan_max_steps;
+      s.ns_steps = s.quantile > 0 ? plan_ns_steps(o.schedule, s.quantile, plan).steps : o.schedule.steps;
+    }
+    ws.run = o;
+    ws.run.schedule.steps = static_cast<int>(s.ns_steps);
+    ++s.calls;
+    s.ns_work += s.ns_steps;
+    Inner::template apply<T>(u, ws.run, ws, sink);
+  }
+};
+
+}  // namespace matopt
