@@ -46,8 +46,9 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // The default comparison, and every name --optimizers accepts (the peers' variants of issue 20 too).
 const std::vector<std::string> kDefault{"muon", "rmnp", "colnorm", "orscale", "adamw", "torch_adamw"};
-const std::vector<std::string> kKnown{"muon",      "rmnp",       "colnorm", "orscale", "normuon", "adamuon", "namo",
-                                      "polargrad", "turbo_muon", "dion",    "adamw",   "torch_adamw"};
+// muon_auto: Muon with ns_steps=auto (the Newton–Schulz steps re-planned per matrix, precondition/auto_steps.hpp).
+const std::vector<std::string> kKnown{"muon",      "muon_auto",  "rmnp", "colnorm", "orscale",    "normuon", "adamuon",
+                                      "namo",      "polargrad",  "turbo_muon", "dion", "adamw", "torch_adamw"};
 const std::vector<std::string> kTypes{"q", "k", "v", "o", "fc", "proj"};
 const std::vector<double> kQuantiles{0.05, 0.25, 0.5};
 
@@ -84,8 +85,8 @@ double lr_of(const Args& a, const std::string& name) {
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "gpt: %s\n"
-               "usage: gpt [--optimizers muon,rmnp,colnorm,orscale,adamw,torch_adamw (also normuon,adamuon,namo,polargrad,\n"
-               "            turbo_muon,dion)]\n"
+               "usage: gpt [--optimizers muon,rmnp,colnorm,orscale,adamw,torch_adamw (also muon_auto,normuon,adamuon,namo,\n"
+               "            polargrad,turbo_muon,dion)]\n"
                "           [--steps N] [--d-model N]\n"
                "           [--layers N] [--heads N] [--context N] [--batch N] [--lr name=value]... [--adam-lr X]\n"
                "           [--seed N] [--threads N] [--eval-every N] [--dominance-every N] [--eval-batches N]\n"
@@ -131,8 +132,8 @@ Args parse(int argc, char** argv) {
       for (const auto& o : a.optimizers)
         if (std::find(kKnown.begin(), kKnown.end(), o) == kKnown.end())
           usage("unknown optimizer '" + o +
-                "' (known: muon, rmnp, colnorm, orscale, normuon, adamuon, namo, polargrad, turbo_muon, dion, adamw, "
-                "torch_adamw)");
+                "' (known: muon, muon_auto, rmnp, colnorm, orscale, normuon, adamuon, namo, polargrad, turbo_muon, dion, "
+                "adamw, torch_adamw)");
       if (a.optimizers.empty()) usage("--optimizers is empty");
     } else if (key == "--steps") a.steps = integer(1), steps_given = true;
     else if (key == "--d-model") a.model.d_model = integer(1), d_given = true;
@@ -231,6 +232,13 @@ struct SpectrumPoint {
   int layer;
   std::vector<double> q;
 };
+struct PlanPoint {
+  std::int64_t step = 0;
+  std::string name, type;
+  std::int64_t ns_steps = 0, ns_work = 0, calls = 0;
+  double quantile = 0;
+};
+
 struct RunResult {
   std::string optimizer;
   std::int64_t d_model = 0, layers = 0, steps = 0;
@@ -239,6 +247,7 @@ struct RunResult {
   std::vector<EvalPoint> evals;
   std::vector<DominancePoint> dominance;
   std::vector<SpectrumPoint> spectrum;
+  std::vector<PlanPoint> plans;  // muon_auto: each hidden matrix's NS plan at every --dominance-every sample
 };
 
 class Progress {
@@ -323,8 +332,10 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
   } else {
     matopt::TorchOptions o;
     o.adamw = {{"lr", adam_lr}, {"beta2", "0.95"}};
-    auto p = std::make_unique<matopt::TorchOptimizer>(model->named_parameters(), name,
-                                                      matopt::Config{{"lr", std::to_string(lr)}}, o);
+    matopt::Config config{{"lr", std::to_string(lr)}};
+    if (name == "muon_auto") config["ns_steps"] = "auto";
+    auto p = std::make_unique<matopt::TorchOptimizer>(model->named_parameters(), name == "muon_auto" ? "muon" : name,
+                                                      config, o);
     mopt = p.get();
     opt = std::move(p);
   }
@@ -403,6 +414,16 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
         }
       diagnostics_s += seconds_since(t2);
     }
+    if (sample && name == "muon_auto") {
+      const auto& names = mopt->names();
+      for (std::size_t i = 0; i < names.size(); ++i)
+        if (mopt->route(names[i]) == matopt::Route::Matrix) {
+          const auto& st = mopt->hybrid<float>().state(i);
+          r.plans.push_back({step + 1, names[i], gpt::layer_type(names[i]),
+                             std::int64_t(st.field("precondition.ns_steps")), std::int64_t(st.field("precondition.ns_work")),
+                             std::int64_t(st.field("precondition.calls")), st.field("precondition.quantile")});
+        }
+    }
     if (sample) {
       const auto mean = diag.flush(r, step + 1);
       r.r_min = mean.r_min;
@@ -428,6 +449,14 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
 // Output
 
 void write_run(const std::filesystem::path& dir, const RunResult& r) {
+  if (!r.plans.empty()) {  // the NS work at the last sample, summed over the hidden matrices
+    std::int64_t work = 0, muon = 0, last = r.plans.back().step;
+    for (const auto& p : r.plans)
+      if (p.step == last) work += p.ns_work, muon += 5 * p.calls;
+    std::printf("%s: %lld Newton-Schulz iterations in %lld steps, Muon's 5 per step: %lld (%.1f%%)\n",
+                r.optimizer.c_str(), static_cast<long long>(work), static_cast<long long>(last),
+                static_cast<long long>(muon), 100.0 * double(work) / double(muon));
+  }
   const std::string tag = r.optimizer;
   std::ofstream e(dir / ("eval_" + tag + ".csv"));
   e << "step,train_loss,val_loss,optimizer_seconds,fwd_bwd_seconds\n";
@@ -452,6 +481,17 @@ void write_run(const std::filesystem::path& dir, const RunResult& r) {
     for (double q : p.q) s << ',' << q;
     s << '\n';
   }
+}
+
+/// muon_auto's plans: per sample and hidden matrix, the planned NS steps, the quantile they were planned for, and
+/// the NS iterations run so far against Muon's 5 per step.
+void write_plans(const std::filesystem::path& dir, const RunResult& r) {
+  if (r.plans.empty()) return;
+  std::ofstream f(dir / ("ns_plan_" + r.optimizer + ".csv"));
+  f << "step,name,layer_type,ns_steps,quantile,ns_work,muon_ns_work\n";
+  for (const auto& p : r.plans)
+    f << p.step << ',' << p.name << ',' << p.type << ',' << p.ns_steps << ',' << p.quantile << ',' << p.ns_work << ','
+      << 5 * p.calls << '\n';
 }
 
 void write_summary(const std::filesystem::path& file, const std::vector<RunResult>& runs) {
@@ -580,6 +620,7 @@ int run(Args a) {
     for (const auto& name : names) {
       runs.push_back(train(name, lr_of(a, name), cfg, d, a));
       write_run(where, runs.back());
+      write_plans(where, runs.back());
     }
     write_summary(where / "summary.csv", runs);
     print_table(runs);
