@@ -72,19 +72,35 @@ TEST_CASE_TEMPLATE("bad hyperparameters throw naming the parameter", T, float, d
   CHECK_THROWS_WITH_AS(Fn{}, doctest::Contains("shape::Function has no function set"), std::invalid_argument);
 }
 
+namespace {
+/// Every field of a state (momentum, counters and the policies' own state), as a checkpoint writes it.
+template <class S>
+std::string state_bytes(const S& s) {
+  detail::Writer w;
+  w.state(s);
+  return w.data();
+}
+template <class T>
+using CappedMuon = Optimizer<T, Orthogonalize<>, Momentum<Ema, Nesterov>, SpectralCap<Static<>>>;
+template <class T>
+using AdaptiveRmnp = Optimizer<T, Adaptive<>, Momentum<Sum, Nesterov>, Static<>>;
+}  // namespace
+
 TEST_CASE_TEMPLATE("bad input at step throws and changes nothing", T, float, double) {
-  for_each_preset<T>([](auto opt) {
+  // Every preset, the stateful compositions (OrScale's ratio and calibration, SpectralCap's vectors, Adaptive's
+  // counters, NorMuon's second moment, AutoSteps' plan) and AdamW: W and every field of the state are compared.
+  auto check = [](auto opt) {
     using M = Eigen::Matrix<T, -1, -1>;
     CAPTURE(opt.name());
     M w = randn(6, 4, 1).cast<T>();
     auto st = opt.make_state(w);
     opt.step(w, M(randn(6, 4, 2).cast<T>()), st);
+    opt.step(w, M(randn(6, 4, 3).cast<T>()), st);  // warm states: calibrated ratio, cap vectors set
     const M w_before = w;
-    const auto st_before = st;
+    const std::string st_before = state_bytes(st);
     auto unchanged = [&] {
       CHECK(w == w_before);
-      CHECK(st.momentum == st_before.momentum);
-      CHECK(st.steps == st_before.steps);
+      CHECK(state_bytes(st) == st_before);
     };
     CHECK_THROWS_WITH_AS(opt.step(w, M(M::Ones(4, 6)), st), doctest::Contains("G is 4x6 but W is 6x4"),
                          std::invalid_argument);
@@ -109,7 +125,15 @@ TEST_CASE_TEMPLATE("bad input at step throws and changes nothing", T, float, dou
     CHECK_THROWS_WITH_AS(opt.step(w, M(M::Ones(6, 4)), st), doctest::Contains("lr must be finite and > 0"),
                          std::invalid_argument);
     unchanged();
-  });
+  };
+  for_each_preset<T>(check);
+  check(NorMuon<T>{});
+  check(MuonAutoSteps<T>{});
+  check(CappedMuon<T>{});
+  typename AdaptiveRmnp<T>::Options adaptive;
+  adaptive.precondition.every = 1;
+  check(AdaptiveRmnp<T>(adaptive));
+  check(AdamW<T>{});
 }
 
 TEST_CASE_TEMPLATE("odd shapes: 1xn, nx1, empty, zero gradients, zero rows give finite results", T, float,
@@ -316,8 +340,9 @@ TEST_CASE("hybrid: routing, groups and effective lr") {
   CHECK(w2 == w2_ref);
   CHECK(opt.adamw().lr() == doctest::Approx(3e-4f));  // group settings do not leak
 
-  // Bad input changes nothing: a wrong count, a wrong shape, or one non-finite gradient among many.
-  const RowMat<float> w1_before = w1;
+  // Bad input changes nothing: a wrong count, a wrong shape, or one non-finite gradient among many. Compared:
+  // every parameter's values and every state, the AdamW-routed ones included (the checkpoint's bytes).
+  const std::string before = opt.checkpoint_bytes(/*parameters=*/true);
   CHECK_THROWS_WITH_AS(opt.step({view(g_emb)}), doctest::Contains("got 1 gradients for 4 parameters"),
                        std::invalid_argument);
   CHECK_THROWS_WITH_AS(opt.step({view(g_emb), view(g2), view(gb), view(g2)}),
@@ -332,7 +357,9 @@ TEST_CASE("hybrid: routing, groups and effective lr") {
   CHECK_THROWS_WITH_AS(opt.step({view(g_emb), view(g1), view(gb), view(g2_col)}),
                        doctest::Contains("gradient of 'head.weight' is column-major but the parameter is row-major"),
                        std::invalid_argument);
-  CHECK(w1 == w1_before);
+  CHECK_THROWS_AS(opt.step({i_w1, i_w1}, {view(g1), view(g1)}), std::invalid_argument);  // an index twice
+  CHECK_THROWS_AS(opt.step({i_w2, i_b1}, {view(g2_nan), view(gb)}), std::invalid_argument);
+  CHECK(opt.checkpoint_bytes(/*parameters=*/true) == before);
   CHECK_THROWS_AS(opt.add("x", view(w1), Role::Auto, 9), std::invalid_argument);
   CHECK_THROWS_AS(opt.add_group({"bad", -1.0f, std::nullopt}), std::invalid_argument);
 

@@ -1,7 +1,9 @@
 // The optimized paths against the reference path: symmetric Newton–Schulz (tiled, parallel), the fused
 // one-pass normalization kernels and the batched step give the same numbers as straightforward Eigen
 // code, and bitwise the same numbers for 1, 2 and 3 threads.
+#include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -186,15 +188,29 @@ TEST_CASE_TEMPLATE("batched step equals stepping each parameter alone, for 1 and
     CHECK(one[i] == w);
     CHECK(two[i] == w);
   }
-  // Bad input anywhere in the batch changes nothing.
-  Muon<T> opt;
-  RowMat<T> w0 = RowMat<T>::Ones(8, 8), w1 = RowMat<T>::Ones(8, 8);
-  const RowMat<T> g0 = RowMat<T>::Ones(8, 8), g1 = RowMat<T>::Ones(8, 9);
-  std::vector<typename Muon<T>::State> states{opt.make_state(w0), opt.make_state(w1)};
-  CHECK_THROWS_WITH_AS(opt.step({view(w0), view(w1)}, {view(g0), view(g1)}, states),
+  // Bad input anywhere in the batch changes nothing: every W and every field of every state (OrScale after a
+  // step: momentum, calibration, last trust ratio) are compared, as a checkpoint writes them.
+  OrScale<T> opt;
+  RowMat<T> w0 = randn<RowMat<T>>(8, 8, 1), w1 = randn<RowMat<T>>(8, 8, 2);
+  const RowMat<T> g0 = randn<RowMat<T>>(8, 8, 3), g1 = randn<RowMat<T>>(8, 8, 4), g_wide = RowMat<T>::Ones(8, 9);
+  std::vector<typename OrScale<T>::State> states{opt.make_state(w0), opt.make_state(w1)};
+  opt.step({view(w0), view(w1)}, {view(g0), view(g1)}, states);
+  auto bytes = [&] {
+    detail::Writer wr;
+    for (const auto& st : states) wr.state(st);
+    return wr.data();
+  };
+  const RowMat<T> w0_before = w0, w1_before = w1;
+  const std::string before = bytes();
+  CHECK_THROWS_WITH_AS(opt.step({view(w0), view(w1)}, {view(g0), view(g_wide)}, states),
                        doctest::Contains("G is 8x9 but W is 8x8"), std::invalid_argument);
-  CHECK(w0 == RowMat<T>::Ones(8, 8));
-  CHECK(states[0].steps == 0);
+  RowMat<T> g_nan = g1;
+  g_nan(7, 7) = std::numeric_limits<T>::quiet_NaN();
+  CHECK_THROWS_WITH_AS(opt.step({view(w0), view(w1)}, {view(g0), view(g_nan)}, states),
+                       doctest::Contains("non-finite"), std::invalid_argument);
   CHECK_THROWS_WITH_AS(opt.step({view(w0)}, {view(g0), view(g1)}, states),
                        doctest::Contains("1 parameters, 2 gradients and 2 states"), std::invalid_argument);
+  CHECK(w0 == w0_before);
+  CHECK(w1 == w1_before);
+  CHECK(bytes() == before);
 }

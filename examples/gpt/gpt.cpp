@@ -8,7 +8,8 @@
 // quantiles of U / ||U||_F per matrix (seed 001). docs/gpt.md has the measured results and their reading.
 //
 //   gpt [--optimizers a,b,...] [--steps N] [--d-model N] [--layers N] [--heads N] [--context N] [--batch N]
-//       [--lr name=value]... [--adam-lr X] [--seed N] [--threads N] [--eval-every N] [--dominance-every N]
+//       [--lr name=value]... [--option name:key=value]... [--adam-lr X] [--seed N] [--threads N]
+//       [--eval-every N] [--dominance-every N]
 //       [--eval-batches N] [--warmup N] [--sweep 64,128,256] [--quick] [--out DIR] [--data DIR]
 //
 // Exit status: 0; 2 on bad arguments or an error; 77 when the fortunes text is missing (CTest: skipped).
@@ -58,6 +59,7 @@ struct Args {
   gpt::GptConfig model;
   std::int64_t batch = 16;
   std::map<std::string, double> lr;  // --lr name=value
+  std::map<std::string, matopt::Config> options;  // --option name:key=value (the facade's keys)
   double adam_lr = 2e-3;             // the AdamW route of the matrix optimizers, and the AdamW baselines' lr
   std::uint64_t seed = 0;
   int threads = 0;
@@ -89,6 +91,7 @@ double lr_of(const Args& a, const std::string& name) {
                "            polargrad,turbo_muon,dion)]\n"
                "           [--steps N] [--d-model N]\n"
                "           [--layers N] [--heads N] [--context N] [--batch N] [--lr name=value]... [--adam-lr X]\n"
+               "           [--option name:key=value]...\n"
                "           [--seed N] [--threads N] [--eval-every N] [--dominance-every N] [--eval-batches N]\n"
                "           [--warmup N] [--sweep 64,128,256] [--quick] [--out DIR] [--data DIR]\n",
                why.c_str());
@@ -147,6 +150,14 @@ Args parse(int argc, char** argv) {
       const std::string name = value.substr(0, eq);
       if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end()) usage("--lr: unknown optimizer '" + name + "'");
       a.lr[name] = real(value.substr(eq + 1));
+    } else if (key == "--option") {
+      const auto colon = value.find(':'), eq = value.find('=');
+      if (colon == std::string::npos || eq == std::string::npos || eq < colon)
+        usage("--option takes name:key=value (e.g. --option muon_auto:ns_plan_quantile=0.25)");
+      const std::string name = value.substr(0, colon);
+      if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end() || name == "adamw" || name == "torch_adamw")
+        usage("--option: '" + name + "' is not a matrix optimizer of --optimizers");
+      a.options[name][value.substr(colon + 1, eq - colon - 1)] = value.substr(eq + 1);
     } else if (key == "--adam-lr") a.adam_lr = real(value);
     else if (key == "--seed") a.seed = std::uint64_t(integer(0));
     else if (key == "--threads") a.threads = int(integer(0));
@@ -334,6 +345,8 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
     o.adamw = {{"lr", adam_lr}, {"beta2", "0.95"}};
     matopt::Config config{{"lr", std::to_string(lr)}};
     if (name == "muon_auto") config["ns_steps"] = "auto";
+    if (auto it = a.options.find(name); it != a.options.end())
+      for (const auto& [key, value] : it->second) config[key] = value;
     auto p = std::make_unique<matopt::TorchOptimizer>(model->named_parameters(), name == "muon_auto" ? "muon" : name,
                                                       config, o);
     mopt = p.get();
