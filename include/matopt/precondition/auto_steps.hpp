@@ -41,7 +41,8 @@ double normalized_sv_quantile(const UExpr& u, double p) {
   const Eigen::MatrixXd x = u.template cast<double>();
   const double fro2 = x.squaredNorm();
   if (!(fro2 > 0)) return 0;
-  const Eigen::MatrixXd a = x.rows() > x.cols() ? Eigen::MatrixXd(x.transpose() * x) : Eigen::MatrixXd(x * x.transpose());
+  const Eigen::MatrixXd a =
+      x.rows() > x.cols() ? Eigen::MatrixXd(x.transpose() * x) : Eigen::MatrixXd(x * x.transpose());
   Eigen::VectorXd s = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(a, Eigen::EigenvaluesOnly).eigenvalues();
   for (Index i = 0; i < s.size(); ++i) s[i] = std::sqrt(std::max(s[i], 0.0) / fro2);  // ascending, as lambda
   const double h = double(s.size() - 1) * p;
@@ -83,7 +84,8 @@ struct AutoSteps {
     void check_loaded(Fail&& fail) const {
       if (!(quantile >= 0 && quantile <= 1)) fail("field 'quantile' is ", quantile, ": it must be in [0, 1]");
       if (ns_steps > max_plan_steps) fail("field 'ns_steps' is ", ns_steps, ": it must be <= ", max_plan_steps);
-      if (calls > 0 && ns_steps < 1) fail("field 'ns_steps' is ", ns_steps, " after ", calls, " steps: it must be >= 1");
+      if (calls > 0 && ns_steps < 1)
+        fail("field 'ns_steps' is ", ns_steps, " after ", calls, " steps: it must be >= 1");
     }
   };
 
