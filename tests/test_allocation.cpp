@@ -181,6 +181,9 @@ TEST_CASE_TEMPLATE("no allocation either: compositions, skipped and zeroed steps
   typename Switching::Options every;
   every.precondition.every = 100;  // between its dominance checks (a check evaluates U for its Gram: design.md)
   check_no_allocation<Switching, Mat>(Switching(every), 40, 24);
+  typename MuonAutoSteps<T>::Options planned;
+  planned.precondition.plan_every = 100;  // between its plans (a plan forms U's Gram and its eigenvalues)
+  check_no_allocation<MuonAutoSteps<T>, Mat>(MuonAutoSteps<T>(planned), 40, 24);
   check_preset<LarsSgd>();
 
   // A skipped and a zeroed step (a NaN in G), and a step with a telemetry report.

@@ -390,6 +390,19 @@ TEST_CASE_TEMPLATE("AutoSteps on a zero gradient, one row and one column", T, fl
   CHECK(s.precondition.quantile == 0);
   CHECK(s.precondition.ns_steps == 5);
   CHECK(w == RowMat<T>::Ones(4, 7));
+  if constexpr (std::is_same_v<T, double>) {
+    // Rank 2 of 12: the 5% quantile falls on zero singular values (1e-16 after rounding), below the 1e-7
+    // resolution: q reads 0 and the schedule's 5 steps run, as for a zero U.
+    Eigen::VectorXd sigma = Eigen::VectorXd::Zero(12);
+    sigma[10] = 0.5;
+    sigma[11] = 1;
+    AutoMuon<double> low;
+    RowMat<double> wl = RowMat<double>::Zero(12, 20);
+    auto sl = low.make_state(wl);
+    low.step(wl, RowMat<double>(with_singular_values(sigma, 20, 9)), sl);
+    CHECK(sl.precondition.quantile == 0);
+    CHECK(sl.precondition.ns_steps == 5);
+  }
   // 1 x n and n x 1: the one normalized singular value is 1, one step suffices: NS's input is s U / ||U|| with
   // s = ||U|| / (||U|| + eps) (eps 1e-7), and D = p(s) U / ||U||.
   const auto p = [](double x) { return x * (3.4445 + x * x * (-4.7750 + x * x * 2.0315)); };
@@ -436,4 +449,18 @@ TEST_CASE("AutoSteps refuses options it cannot plan for, naming the key") {
   o = O{};
   o.precondition.heads = 2;
   refuses(o, "heads / split_sizes: ns_steps=auto plans the whole matrix");
+  // A state whose plan is longer than the options allow (e.g. loaded from a run with ns_plan_max_steps 50) is
+  // refused at step, changing nothing.
+  AutoMuon<double> opt;
+  RowMat<double> w = randn(5, 8, 1), g = randn(5, 8, 2);
+  auto s = opt.make_state(w);
+  opt.step(w, g, s);
+  s.precondition.ns_steps = 50;
+  const RowMat<double> w_before = w;
+  const auto calls = s.precondition.calls;
+  CHECK_THROWS_WITH_AS(opt.step(w, g, s),
+                       doctest::Contains("state plans 50 Newton-Schulz steps but ns_plan_max_steps 10 and ns_steps 5"),
+                       std::invalid_argument);
+  CHECK(w == w_before);
+  CHECK(s.precondition.calls == calls);
 }

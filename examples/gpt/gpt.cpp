@@ -327,6 +327,7 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
   const bool matrix = name != "adamw" && name != "torch_adamw";
   std::unique_ptr<torch::optim::Optimizer> opt;
   matopt::TorchOptimizer* mopt = nullptr;
+  bool auto_steps = false;  // the matrix route is AutoSteps (ns_steps=auto): record its plans
   const std::string adam_lr = std::to_string(a.adam_lr);
   if (name == "torch_adamw") {
     opt = std::make_unique<torch::optim::AdamW>(
@@ -347,6 +348,7 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
     if (name == "muon_auto") config["ns_steps"] = "auto";
     if (auto it = a.options.find(name); it != a.options.end())
       for (const auto& [key, value] : it->second) config[key] = value;
+    auto_steps = config.count("ns_steps") != 0 && config["ns_steps"] == "auto";
     auto p = std::make_unique<matopt::TorchOptimizer>(model->named_parameters(), name == "muon_auto" ? "muon" : name,
                                                       config, o);
     mopt = p.get();
@@ -427,7 +429,7 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
         }
       diagnostics_s += seconds_since(t2);
     }
-    if (sample && name == "muon_auto") {
+    if (sample && auto_steps) {
       const auto& names = mopt->names();
       for (std::size_t i = 0; i < names.size(); ++i)
         if (mopt->route(names[i]) == matopt::Route::Matrix) {

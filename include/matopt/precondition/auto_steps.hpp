@@ -9,14 +9,15 @@
 // layer. Every `plan_every` steps of a parameter (its first step included) this policy measures the quantile
 // q at p = `plan_quantile` of the singular values of X = U / ||U||_F and sets K = plan_ns_steps(schedule, q,
 // {tau, max_steps}).steps (diagnostics/ns_analysis.hpp: the fewest K whose failure threshold lies at or
-// below q / safety; max_steps when none does), which it keeps until the next check. A zero U (q = 0) keeps
-// the schedule's own `steps`.
+// below q / safety; max_steps when none does), which it keeps until the next check. A q below 1e-7 (a zero U,
+// or one rank-deficient at p: the Gram's eigenvalues do not resolve it) keeps the schedule's own `steps`.
 //
 // Cost: a check forms U's Gram on the short side in double and its eigenvalues (r^2 s + O(r^3) for r x s,
 // r <= s: about one NS iteration and a symmetric eigensolve) and allocates them; between checks a step costs
 // K NS iterations and allocates nothing. The plan, the measured q and the NS iterations run are in the
 // parameter's state (and in checkpoints). Host engines only (the device optimizers do not take this policy).
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -34,20 +35,26 @@ namespace matopt {
 
 namespace detail {
 /// The quantile at p (numpy's "linear" rule over all r = min(m, n) values) of the singular values of
-/// U / ||U||_F, from the eigenvalues of the r x r Gram in double: sigma_i^2 = lambda_i / ||U||_F^2. 0 for a
-/// zero U. Absolute error about 1e-16 r in sigma^2, so quantiles down to about 1e-7 are resolved.
+/// U / ||U||_F, from the eigenvalues of the r x r Gram in double: sigma_i^2 = lambda_i / ||U||_F^2, on U scaled
+/// by 1 / max |U_ij| first (no overflow). Clamped to [0, 1] (rounding can put a rank-one U's value just above
+/// 1). Absolute error about 1e-16 r in sigma^2: values below `kSvResolution` are not resolved and read as 0.
+/// 0 for a zero U.
+inline constexpr double kSvResolution = 1e-7;
 template <class UExpr>
 double normalized_sv_quantile(const UExpr& u, double p) {
-  const Eigen::MatrixXd x = u.template cast<double>();
+  Eigen::MatrixXd x = u.template cast<double>();
+  const double peak = x.size() == 0 ? 0.0 : x.cwiseAbs().maxCoeff();
+  if (!(peak > 0)) return 0;
+  x /= peak;
   const double fro2 = x.squaredNorm();
-  if (!(fro2 > 0)) return 0;
   const Eigen::MatrixXd a =
       x.rows() > x.cols() ? Eigen::MatrixXd(x.transpose() * x) : Eigen::MatrixXd(x * x.transpose());
   Eigen::VectorXd s = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(a, Eigen::EigenvaluesOnly).eigenvalues();
   for (Index i = 0; i < s.size(); ++i) s[i] = std::sqrt(std::max(s[i], 0.0) / fro2);  // ascending, as lambda
   const double h = double(s.size() - 1) * p;
   const auto lo = static_cast<Index>(std::floor(h));
-  return lo >= s.size() - 1 ? s[s.size() - 1] : s[lo] + (h - double(lo)) * (s[lo + 1] - s[lo]);
+  const double q = lo >= s.size() - 1 ? s[s.size() - 1] : s[lo] + (h - double(lo)) * (s[lo + 1] - s[lo]);
+  return q < kSvResolution ? 0.0 : std::min(q, 1.0);
 }
 }  // namespace detail
 
@@ -92,6 +99,16 @@ struct AutoSteps {
   /// The most steps a plan (ns_plan_max_steps) or a loaded state may hold.
   static constexpr int max_plan_steps = 1000;
 
+  /// Before a step (Optimizer::check): a plan longer than these options allow (a checkpoint from a run with a
+  /// larger ns_plan_max_steps or ns_steps) is refused, not run.
+  template <class T>
+  static void check_state(const State<T>& s, const Options& o, Index, Index, std::string_view where) {
+    const std::int64_t most = std::max(o.plan_max_steps, o.schedule.steps);
+    if (s.ns_steps > most)
+      detail::fail(where, "state plans ", s.ns_steps, " Newton-Schulz steps but ns_plan_max_steps ", o.plan_max_steps,
+                   " and ns_steps ", o.schedule.steps, " allow at most ", most);
+  }
+
   static constexpr const char* name() { return "AutoSteps"; }
   static std::string identity() { return std::string("AutoSteps<") + detail::policy_identity<Inner>() + ">"; }
 
@@ -132,11 +149,12 @@ struct AutoSteps {
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
     if (s.calls % o.plan_every == 0) {
-      s.quantile = detail::normalized_sv_quantile(u, o.plan_quantile);
+      const double q = detail::normalized_sv_quantile(u, o.plan_quantile);  // in {0} or [1e-7, 1]
       NsPlanOptions plan;
       plan.tau = o.plan_tau;
       plan.max_steps = o.plan_max_steps;
-      s.ns_steps = s.quantile > 0 ? plan_ns_steps(o.schedule, s.quantile, plan).steps : o.schedule.steps;
+      s.ns_steps = q > 0 ? plan_ns_steps(o.schedule, q, plan).steps : o.schedule.steps;
+      s.quantile = q;
     }
     ws.run = o;
     ws.run.schedule.steps = static_cast<int>(s.ns_steps);
