@@ -60,6 +60,14 @@ void train(Opt& opt, std::vector<M>& ws, std::vector<typename Opt::State>& state
     for (std::size_t i = 0; i < ws.size(); ++i) opt.step(ws[i], gradient(ws[i], k, int(i)), states[i]);
 }
 
+/// Every field of `states`, as the checkpoint writes them (to compare states field by field).
+template <class Opt>
+std::string serialized(const Opt& opt, const std::vector<typename Opt::State>& states) {
+  std::stringstream ss;
+  save_checkpoint(ss, opt, states);
+  return ss.str();
+}
+
 /// Save after 3 steps, go on 4 more; load into fresh states with the saved W, go on 4 more: bitwise equal.
 template <class Opt>
 void round_trip(Opt opt) {
@@ -176,14 +184,6 @@ TEST_CASE("bad checkpoints are rejected with a clear error and change nothing") 
 }
 
 namespace {
-/// Every field of `states`, as the checkpoint writes them (to compare states field by field).
-template <class Opt>
-std::string serialized(const Opt& opt, const std::vector<typename Opt::State>& states) {
-  std::stringstream ss;
-  save_checkpoint(ss, opt, states);
-  return ss.str();
-}
-
 /// A state after two real steps, changed by `forge` into something no step produces, saved with a valid header
 /// and checksum: loading it is refused with `message`, and the live state is unchanged in every field.
 template <class Opt, class Forge>
