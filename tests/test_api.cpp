@@ -127,13 +127,15 @@ TEST_CASE_TEMPLATE("bad input at step throws and changes nothing", T, float, dou
     unchanged();
   };
   for_each_preset<T>(check);
-  check(NorMuon<T>{});
-  check(MuonAutoSteps<T>{});
-  check(CappedMuon<T>{});
-  typename AdaptiveRmnp<T>::Options adaptive;
-  adaptive.precondition.every = 1;
-  check(AdaptiveRmnp<T>(adaptive));
   check(AdamW<T>{});
+  if constexpr (std::is_same_v<T, float>) {  // the stateful compositions in one type (each costs CI compile time)
+    check(NorMuon<T>{});
+    check(MuonAutoSteps<T>{});
+    check(CappedMuon<T>{});
+    typename AdaptiveRmnp<T>::Options adaptive;
+    adaptive.precondition.every = 1;
+    check(AdaptiveRmnp<T>(adaptive));
+  }
 }
 
 TEST_CASE_TEMPLATE("odd shapes: 1xn, nx1, empty, zero gradients, zero rows give finite results", T, float,
