@@ -28,6 +28,7 @@
 #include "matopt/core/errors.hpp"
 #include "matopt/core/parse.hpp"
 #include "matopt/diagnostics/ns_analysis.hpp"
+#include "matopt/diagnostics/spectrum.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
 
@@ -51,9 +52,7 @@ double normalized_sv_quantile(const UExpr& u, double p) {
       x.rows() > x.cols() ? Eigen::MatrixXd(x.transpose() * x) : Eigen::MatrixXd(x * x.transpose());
   Eigen::VectorXd s = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(a, Eigen::EigenvaluesOnly).eigenvalues();
   for (Index i = 0; i < s.size(); ++i) s[i] = std::sqrt(std::max(s[i], 0.0) / fro2);  // ascending, as lambda
-  const double h = double(s.size() - 1) * p;
-  const auto lo = static_cast<Index>(std::floor(h));
-  const double q = lo >= s.size() - 1 ? s[s.size() - 1] : s[lo] + (h - double(lo)) * (s[lo + 1] - s[lo]);
+  const double q = quantile_sorted(s.data(), s.size(), p);
   return q < kSvResolution ? 0.0 : std::min(q, 1.0);
 }
 }  // namespace detail
