@@ -25,6 +25,15 @@ Jordan coefficients K5 or the per-step quintic coefficients Q5; scale(m, n) = ma
     scaled by scale(block rows, n).
   * muon_split: Muon per block of split sizes (dion split_sizes) (8, 6, 6) / (6, 3, 3), each block scaled by
     sqrt(rows_i / n) (the sqrt_ratio rule, dion's "spectral_norm").
+  * normuon_heads: NorMuon per head (microsoft/dion NorMuon with num_heads): each block of rows (HEADS) is a
+    parameter of its own: its own S (rows of the block x 1), its own Frobenius rescale, scale(block rows, n).
+  * normuon_heads_longer: the same with the longer-side axis per head (modded-nanogpt's paired-head NorMuon: a
+    block of fewer rows than columns averages over its columns, S 1 x n per head).
+  * adamuon_heads / namo_heads: AdaMuon (elementwise S per head) and NAMO (a scalar S and |G_head|_F, |M_head|_F per
+    head) per head.
+  * muon_qkv_groups: Megatron's interleaved linear_qkv (TensorParallelMuon.orthogonalize, split_qkv): G = 2 query
+    groups of [q, k, v] rows ((6, 2, 2) tall, (4, 1, 1) wide); Q = the q rows of every group in group order, K and
+    V likewise; each gets one NS and scale(its rows, n); the rows go back to their places.
   * dion / dion_half: microsoft/dion dion_reference.py (arXiv 2504.05295), rank min(m, n) and ceil(min / 2):
     M += G; B = M (m >= n) or M^T; P = QR(B Q).Q; R = B^T P; M -= (1 - mu) P R^T (in W's orientation);
     Q = R / (|R|_col + 1e-8); W = W (1 - lr wd) - lr sqrt(m/n) P Q^T; mu 0.95, lr 0.01, wd 0.01. Its own
@@ -218,6 +227,30 @@ def muon_split(W, G, state, lr=0.02, wd=0.01):
     return W * (1 - lr * wd) - lr * U
 
 
+def per_head(step):
+    """A per-block variant: `step` on each block of HEADS rows with a state of its own, one momentum for W."""
+    def run(W, G, state, **kw):
+        m, _ = W.shape
+        hd = m // HEADS[m]
+        blocks = state.setdefault("blocks", [{} for _ in range(HEADS[m])])
+        return torch.cat([step(Wb, Gb, sb, **kw) for Wb, Gb, sb in zip(W.split(hd), G.split(hd), blocks)], dim=0)
+    return run
+
+
+QKV_GROUPS = {20: (2, (6, 2, 2)), 12: (2, (4, 1, 1))}
+
+
+def muon_qkv_groups(W, G, state, lr=0.02, wd=0.01):
+    m, n = W.shape
+    groups, sizes = QKV_GROUPS[m]
+    U_in = ema_nesterov(state, G, 0.95)
+    # Megatron: view (G, sum, n), split dim 1, reshape each to (G * size, n): block rows in group order.
+    parts = U_in.view(groups, sum(sizes), n).split(sizes, dim=1)
+    U_parts = [newton_schulz(p.reshape(-1, n), K5) * muon_scale(groups * r, n) for p, r in zip(parts, sizes)]
+    U = torch.cat([u.view(groups, r, n) for u, r in zip(U_parts, sizes)], dim=1).reshape(m, n)
+    return W * (1 - lr * wd) - lr * U
+
+
 def dion(W, G, state, lr=0.01, wd=0.01, mu=0.95, eps=1e-8):
     # microsoft/dion dion_reference.py dion_update, one power iteration, Householder QR: B = M (m >= n) or M^T.
     m, n = W.shape
@@ -250,6 +283,11 @@ VARIANTS = {
     "turbo_muon": turbo_muon,
     "muon_heads": muon_heads,
     "muon_split": muon_split,
+    "normuon_heads": per_head(normuon),
+    "normuon_heads_longer": per_head(normuon_longer),
+    "adamuon_heads": per_head(adamuon),
+    "namo_heads": per_head(namo),
+    "muon_qkv_groups": muon_qkv_groups,
 }
 SHAPES = {"tall": (20, 12), "wide": (12, 28)}
 

@@ -12,6 +12,10 @@
 #include <Eigen/QR>
 #include <doctest/doctest.h>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include <matopt/core/view.hpp>
 
 namespace matopt::test {
@@ -63,13 +67,29 @@ Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> precondition(const UMat& u, con
   return d;
 }
 
+/// Runs f with `threads` OpenMP threads (serially without OpenMP).
+template <class F>
+void with_threads(int threads, F&& f) {
+#if defined(_OPENMP)
+  const int before = omp_get_max_threads();
+  omp_set_num_threads(threads);
+  f();
+  omp_set_num_threads(before);
+#else
+  (void)threads;
+  f();
+#endif
+}
+
 /// Golden data written by scripts/make_golden.py.
 class Golden {
  public:
+#if defined(MATOPT_GOLDEN_FILE)
   static const Golden& get() {
     static const Golden g(MATOPT_GOLDEN_FILE);
     return g;
   }
+#endif
 #if defined(MATOPT_GOLDEN_VARIANTS_FILE)
   /// Written by scripts/make_golden_variants.py.
   static const Golden& variants() {

@@ -123,6 +123,13 @@ TEST_CASE_TEMPLATE("golden: per-head and split-size orthogonalization (dion num_
     split.options().scaling.lr_rule = LrRule::SqrtRatio;
     check_golden<Muon<T>, RowMat<T>>(split, shape, "muon_split");
     check_golden<Muon<T>, ColMat<T>>(split, shape, "muon_split");
+    // Megatron's interleaved linear_qkv: 2 query groups of [q | k | v] rows, Q/K/V each gathered and NS'd once.
+    Muon<T> qkv;
+    MATOPT_LR_WD(0.02, 0.01)(qkv.options());
+    qkv.options().precondition.split_sizes = tall ? std::vector<Index>{6, 2, 2} : std::vector<Index>{4, 1, 1};
+    qkv.options().precondition.split_groups = 2;
+    check_golden<Muon<T>, RowMat<T>>(qkv, shape, "muon_qkv_groups");
+    check_golden<Muon<T>, ColMat<T>>(qkv, shape, "muon_qkv_groups");
   }
   // Rows that do not split as asked, or a policy that cannot step blocks: an error naming it, W unchanged.
   Muon<T> bad;
@@ -135,10 +142,21 @@ TEST_CASE_TEMPLATE("golden: per-head and split-size orthogonalization (dion num_
   bad.options().precondition.split_sizes = {4, 3};
   CHECK_THROWS_WITH_AS(bad.step(w, ColMat<T>::Random(8, 5), st), doctest::Contains("split_sizes (4,3)"),
                        std::invalid_argument);
+  bad.options().precondition.split_sizes = {2, 1};
+  bad.options().precondition.split_groups = 3;
+  CHECK_THROWS_WITH_AS(bad.step(w, ColMat<T>::Random(8, 5), st), doctest::Contains("split_groups = 3"),
+                       std::invalid_argument);
+  bad.options().precondition.split_sizes.clear();
+  CHECK_THROWS_WITH_AS(Muon<T>::validate(bad.options(), "test"), doctest::Contains("split_groups (3) needs split_sizes"),
+                       std::invalid_argument);
+  // A per-head second moment is sized at make_state: other heads afterwards are refused, state unchanged.
   NorMuon<T> nm;
   nm.options().precondition.heads = 2;
   auto sn = nm.make_state(w);
-  CHECK_THROWS_WITH_AS(nm.step(w, ColMat<T>::Random(8, 5), sn), doctest::Contains("heads"), std::invalid_argument);
+  CHECK(sn.precondition.second_moment.size() == 2 * 5);  // max(4 rows, 5 cols) per head
+  nm.options().precondition.heads = 4;
+  CHECK_THROWS_WITH_AS(nm.step(w, ColMat<T>::Random(8, 5), sn), doctest::Contains("changed since make_state"),
+                       std::invalid_argument);
   CHECK(w == w0);
   CHECK(sn.steps == 0);
   auto orscale = make_optimizer<T>("orscale", {{"heads", "2"}});
@@ -147,6 +165,27 @@ TEST_CASE_TEMPLATE("golden: per-head and split-size orthogonalization (dion num_
   CHECK_THROWS_WITH_AS(orscale.step(view(w), view(g), so), doctest::Contains("scaling without per-parameter state"),
                        std::invalid_argument);
   CHECK(w == w0);
+}
+TEST_CASE_TEMPLATE("golden: NorMuon, AdaMuon and NAMO per head (dion NorMuon num_heads, modded-nanogpt paired heads)",
+                   T, float, double) {
+  // Each head a parameter of its own: its own second moment, Frobenius rescale (NorMuon), |G|_F (NAMO), scale.
+  for (const std::string shape : {"tall", "wide"}) {
+    CAPTURE(shape);
+    const int heads = shape == "tall" ? 4 : 3;
+    const auto run = [&](auto opt, const std::string& name, auto configure) {
+      configure(opt.options());
+      opt.options().precondition.heads = heads;
+      check_golden<decltype(opt), RowMat<T>>(opt, shape, name);
+      check_golden<decltype(opt), ColMat<T>>(opt, shape, name);
+    };
+    run(NorMuon<T>{}, "normuon_heads", MATOPT_LR_WD(0.02, 0.01));
+    run(NorMuon<T>{}, "normuon_heads_longer", [](auto& o) {
+      MATOPT_LR_WD(0.02, 0.01)(o);
+      o.precondition.moment.axis = moments::NorMuon::Axis::Longer;
+    });
+    run(AdaMuon<T>{}, "adamuon_heads", MATOPT_LR_WD(0.02, 0.01));
+    run(NAMO<T>{}, "namo_heads", MATOPT_LR_WD(1e-3, 0.01));
+  }
 }
 TEST_CASE_TEMPLATE("golden: Dion (microsoft/dion dion_reference.py, Householder QR), rank fractions 1 and 0.5", T,
                    float, double) {

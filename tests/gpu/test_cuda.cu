@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,8 @@
 #include <thrust/device_vector.h>
 
 #include <matopt/backend/cuda.cuh>
+#include <matopt/backend/device_adamw.hpp>
+#include <matopt/serialization/checkpoint.hpp>
 #include <matopt/matopt.hpp>
 
 #include "device_compare.hpp"
@@ -539,27 +542,96 @@ TEST_CASE("cuda backend: step allocates no device memory once kernels are loaded
   }
 }
 
-TEST_CASE("cuda backend: an engine on the caller's stream, engines move") {
+TEST_CASE("cuda backend: an engine on the caller's non-blocking stream, with no synchronization by the caller") {
+  // A stream that is not ordered with the legacy default stream, where Thrust's own copies and fills run: every
+  // host-side copy the library makes (make_state, checkpoints, to_host) and DeviceAdamW on that stream must be
+  // ordered with the steps queued there without any cudaDeviceSynchronize / cudaStreamSynchronize here.
   cudaStream_t stream = nullptr;
   MATOPT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   {
     using Opt = matopt::RMNP<float>;
-    const HostMat<float, Eigen::RowMajor> w0 = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(33, 70, 3);
-    const HostMat<float, Eigen::RowMajor> g = matopt::test::randn<HostMat<float, Eigen::RowMajor>>(33, 70, 4);
-    HostMat<float, Eigen::RowMajor> w = w0;
+    using Mat = HostMat<float, Eigen::RowMajor>;
+    const Mat w0 = matopt::test::randn<Mat>(333, 700, 3);
+    std::vector<Mat> g;
+    for (unsigned k = 0; k < 4; ++k) g.push_back(matopt::test::randn<Mat>(333, 700, 4 + k));
+    const Mat b0 = matopt::test::randn<Mat>(1, 700, 9);
+    Mat w = w0, b = b0;
     Opt host;
     auto hs = host.make_state(w);
-    host.step(w, g, hs);
+    matopt::AdamW<float> host_adamw;
+    auto hb = host_adamw.make_state(b);
+    for (unsigned k = 0; k < 4; ++k) {
+      host.step(w, g[k], hs);
+      host_adamw.step(b, Mat(g[k].topRows(1)), hb);
+    }
+
     mc::Engine moved(stream);
     mc::Optimizer<Opt> dev({}, std::move(moved));
     CHECK(dev.engine().stream() == stream);
-    matopt::DeviceMatrix<float> dw(w0);
-    const matopt::DeviceMatrix<float> dg(g);
+    matopt::DeviceAdamW<float> adamw({}, stream);
+    matopt::DeviceMatrix<float> dw(w0), db(b0);
     auto ds = dev.make_state(dw);
-    MATOPT_CUDA_CHECK(cudaDeviceSynchronize());  // a non-blocking stream: the copies above are the caller's to order
-    dev.step(dw, dg, ds);
-    dev.engine().synchronize();
+    auto dbs = adamw.make_state(db);
+    std::stringstream file;
+    for (unsigned k = 0; k < 4; ++k) {
+      const matopt::DeviceMatrix<float> dg(g[k]), dgb(Mat(g[k].topRows(1)));
+      dev.step(dw, dg, ds);
+      adamw.step(db, dgb, dbs);
+      if (k == 1) {  // save after two steps queued on the stream, load into fresh states, go on from those
+        std::vector<decltype(ds)> states{ds};
+        matopt::save_checkpoint(file, dev, states);
+        auto fresh = dev.make_state(dw);
+        std::vector<decltype(ds)> loaded{fresh};
+        matopt::load_checkpoint(file, dev, loaded);
+        ds = loaded[0];
+      }
+    }
     CHECK(rel_error(matopt::to_host(dw), w) <= 1e-6);
+    CHECK(rel_error(matopt::to_host(db), b) <= 1e-6);
+    CHECK(ds.steps == 4);
   }
   MATOPT_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST_CASE("cuda backend: the BF16 product A A^T in four blocks (n >= 8192) against the host in double") {
+  // cuBLAS has no bf16 SYRK: the engine forms the lower triangle from nb(nb + 1)/2 block GEMMs, 4 blocks from
+  // n = 8192 (engine.cuh). Sampled entries of every block pair against double sums of the same (bf16-rounded
+  // and unrounded) inputs; the bf16 error must be measurably larger than FP32's (an engine that ran FP32 would
+  // pass the tolerance alone).
+  const Index n = 8192, k = 256;
+  CHECK(mc::bf16_syrk_blocks(n) == 4);
+  const Eigen::MatrixXf a = matopt::test::randn<Eigen::MatrixXf>(n, k, 21);  // column-major n x k
+  thrust::device_vector<float> da(a.data(), a.data() + a.size());
+  const auto gram = [&](mc::Precision p) {
+    mc::Engine e(p);
+    e.reserve(n, n);
+    thrust::device_vector<float> c(std::size_t(n * n));
+    poison(c);
+    matopt::detail::Strided<float> as = matopt::detail::col_major(raw(da), n, k),
+                                    cs = matopt::detail::col_major(raw(c), n, n);
+    e.syrk_lower(1.0f, as, 0.0f, cs);
+    e.synchronize();
+    return c;
+  };
+  const thrust::device_vector<float> c16 = gram(mc::Precision::BF16), c32 = gram(mc::Precision::FP32);
+  // Rows and columns sampled in each of the 4 blocks (2048 each): the diagonal and off-diagonal block GEMMs.
+  std::vector<Index> sample;
+  for (Index blk = 0; blk < 4; ++blk)
+    for (Index off : {Index(0), Index(1), Index(1000), Index(2047)}) sample.push_back(blk * 2048 + off);
+  double err16 = 0, err32 = 0, norm = 0;
+  for (Index i : sample)
+    for (Index j : sample) {
+      if (j > i) continue;
+      const double want = a.row(i).cast<double>().dot(a.row(j).cast<double>());
+      const float got16 = c16[std::size_t(i + j * n)], got32 = c32[std::size_t(i + j * n)];
+      REQUIRE(std::isfinite(got16));
+      err16 += (got16 - want) * (got16 - want);
+      err32 += (got32 - want) * (got32 - want);
+      norm += want * want;
+    }
+  err16 = std::sqrt(err16 / norm);
+  err32 = std::sqrt(err32 / norm);
+  MESSAGE("A A^T, n = 8192, k = 256, sampled entries: bf16 relative error ", err16, ", fp32 ", err32);
+  CHECK(err16 <= 2e-2);  // bf16 rounding of the operands (u = 3.9e-3), fp32 accumulation
+  CHECK(err16 >= 10 * err32);
 }

@@ -7,11 +7,12 @@
 //   W <- W - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // with the host's scalars (bias corrections in double, as AdamW::update), run as one Thrust pass over W, G, m and v (all in W's storage
 // order) on Thrust's device system: CPP or OMP on the CPU, CUDA on the GPU (from a .cu file; there it runs on
-// the legacy default stream, which the CUDA engine's own blocking stream is ordered with). NonFinite::Zero
-// zeroes G's non-finite entries inside that pass, so step allocates nothing (the finiteness check is a Thrust
-// reduction, which may use Thrust's temporary storage).
+// the stream given at construction, by default the legacy default stream, which the CUDA engine's own blocking
+// stream is ordered with; give a caller's non-blocking stream to order the step with the work on it).
+// NonFinite::Zero zeroes G's non-finite entries inside that pass, so step allocates nothing (the finiteness
+// check is a Thrust reduction, which may use Thrust's temporary storage).
 //
-//   matopt::DeviceAdamW<float> adamw;                 // AdamW<float>::Options
+//   matopt::DeviceAdamW<float> adamw;                 // AdamW<float>::Options; or (options, stream) on CUDA
 //   auto state = adamw.make_state(bias);               // DeviceMatrix<float> or DeviceMatrixView
 //   adamw.step(bias, grad, state);
 
@@ -23,7 +24,9 @@
 #include <thrust/copy.h>
 #include <thrust/device_vector.h>
 #include <thrust/for_each.h>
+#include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform_reduce.h>
 
 #include "matopt/adamw.hpp"
 #include "matopt/backend/device_matrix.hpp"
@@ -82,6 +85,7 @@ class DeviceAdamW {
     template <class Writer>
     void write(Writer& w) const {
       typename Host::State h = to_host_state();
+      detail::device_synchronize();  // after the steps queued on any stream
       thrust::copy(m.begin(), m.end(), h.m.data());
       thrust::copy(v.begin(), v.end(), h.v.data());
       w.state(h);
@@ -93,6 +97,7 @@ class DeviceAdamW {
       steps = h.steps;
       skipped = h.skipped;
       zeroed = h.zeroed;
+      detail::device_synchronize();  // no queued step still reads the old moments
       thrust::copy(h.m.data(), h.m.data() + h.m.size(), m.begin());
       thrust::copy(h.v.data(), h.v.data() + h.v.size(), v.begin());
     }
@@ -113,7 +118,10 @@ class DeviceAdamW {
   };
 
   DeviceAdamW() : DeviceAdamW(Options{}) {}
-  explicit DeviceAdamW(const Options& options) : options_(options) { Host::validate(options_, name()); }
+  /// `stream` (Thrust's CUDA system only: a cudaStream_t) is where step queues its work.
+  explicit DeviceAdamW(const Options& options, detail::DeviceStream stream = {}) : options_(options), stream_(stream) {
+    Host::validate(options_, name());
+  }
 
   Options& options() { return options_; }
   const Options& options() const { return options_; }
@@ -123,6 +131,7 @@ class DeviceAdamW {
 
   State make_state(DeviceMatrixView<const T> w) const {
     detail::check_device_view<T>(Host::name(), w, "W");
+    detail::device_synchronize();  // the zero fill runs on Thrust's stream (device_matrix.hpp)
     State s;
     s.rows = w.rows;
     s.cols = w.cols;
@@ -139,8 +148,11 @@ class DeviceAdamW {
     constexpr const char* where = Host::name();
     Host::validate(options_, where);
     detail::check_device_step<T>(where, w, g, state);
-    ThrustEngine e;
-    const bool finite = e.all_finite(detail::strided(g.data, g.rows, g.cols, w.layout));
+    const auto policy = detail::on_stream(stream_);
+    const bool finite = thrust::transform_reduce(policy, thrust::counting_iterator<Index>(0),
+                                                 thrust::counting_iterator<Index>(g.size()),
+                                                 detail::FiniteAt<T>{detail::strided(g.data, g.rows, g.cols, w.layout)},
+                                                 true, thrust::logical_and<bool>());
     if (!finite) {
       if (options_.non_finite == NonFinite::Skip) {
         ++state.skipped;
@@ -155,7 +167,7 @@ class DeviceAdamW {
     const detail::AdamWOp<T> op{w.data, g.data, detail::raw(state.m), detail::raw(state.v),
                                 detail::AdamWCoefficients<T>::at(options_, t), options_.weight_decay != T(0),
                                 !finite};
-    thrust::for_each(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
+    thrust::for_each(policy, thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
   }
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) const { step(w.view(), g.view(), state); }
 
@@ -165,6 +177,7 @@ class DeviceAdamW {
 
  private:
   Options options_;
+  detail::DeviceStream stream_{};
 };
 
 }  // namespace matopt

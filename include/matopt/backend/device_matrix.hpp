@@ -13,12 +13,42 @@
 #include <thrust/copy.h>
 #include <thrust/device_ptr.h>
 #include <thrust/device_vector.h>
+#include <thrust/execution_policy.h>
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+#include <cuda_runtime_api.h>
+#include <thrust/system/cuda/execution_policy.h>
+#endif
 
 #include "matopt/config.hpp"
 #include "matopt/core/errors.hpp"
 #include "matopt/core/traits.hpp"
 
 namespace matopt {
+
+namespace detail {
+/// Waits for the work queued on the device, on every stream, when Thrust's device system is CUDA (a no-op on the
+/// CPU systems). Thrust's own copies and fills run on the legacy default stream, which is not ordered with a
+/// caller's non-blocking stream (cudaStreamNonBlocking) that a CUDA engine may run on: every host-side copy of
+/// device memory the library makes outside a step (to_host, DeviceMatrix::assign, checkpoint reads and writes,
+/// make_state) waits here first. Those Thrust calls are synchronous with the host, so the work queued after them,
+/// on any stream, starts after they finish.
+inline void device_synchronize() {
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+  const cudaError_t e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) fail("matopt device", "cudaDeviceSynchronize failed: ", cudaGetErrorString(e));
+#endif
+}
+
+/// The stream a Thrust-only device optimizer (DeviceAdamW) queues its work on: a cudaStream_t with Thrust's CUDA
+/// system (nullptr: the legacy default stream), nothing on the CPU systems.
+#if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
+using DeviceStream = cudaStream_t;
+inline auto on_stream(DeviceStream s) { return thrust::cuda::par.on(s); }
+#else
+struct DeviceStream {};
+inline auto on_stream(DeviceStream) { return thrust::device; }
+#endif
+}  // namespace detail
 
 /// A rows x cols matrix in device memory, owned by someone else. `T` may be const (gradients).
 template <class T>
@@ -80,6 +110,7 @@ class DeviceMatrix {
     if (host.rows() != rows_ || host.cols() != cols_)
       detail::fail("matopt::DeviceMatrix::assign", "host matrix is ", detail::shape_string(host.rows(), host.cols()),
                    " but the device matrix is ", detail::shape_string(rows_, cols_));
+    detail::device_synchronize();  // after the work queued on this matrix, on any stream
     if (layout_ == Layout::RowMajor) {
       const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> tmp = host;
       thrust::copy(tmp.data(), tmp.data() + tmp.size(), data_.begin());
@@ -107,6 +138,7 @@ Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, Eigen::Dynamic> to_host(De
   using P = std::remove_const_t<T>;
   Eigen::Matrix<P, Eigen::Dynamic, Eigen::Dynamic> out(v.rows, v.cols);
   if (v.size() == 0) return out;
+  detail::device_synchronize();  // the values after the work queued on any stream (a caller's stream included)
   const thrust::device_ptr<const P> p(v.data);
   if (v.layout == Layout::ColMajor) {
     thrust::copy(p, p + v.size(), out.data());

@@ -481,6 +481,7 @@ class DeviceOptimizer {
     template <class Writer>
     void write(Writer& w) const {
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
+      detail::device_synchronize();  // after the steps queued on the engine's stream
       thrust::copy(momentum.begin(), momentum.end(), m.data());
       detail::optimizer_state_fields(const_cast<State&>(*this), m,
                                      [&](const char* name, auto& v) { w.field(name, v); });
@@ -490,6 +491,7 @@ class DeviceOptimizer {
     void read(Reader& r) {
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
       detail::optimizer_state_fields(*this, m, [&](const char* name, auto& v) { r.field(name, v); });
+      detail::device_synchronize();  // no step queued on the engine's stream still reads the old momentum
       thrust::copy(m.data(), m.data() + m.size(), momentum.begin());
     }
   };
@@ -512,6 +514,9 @@ class DeviceOptimizer {
   /// The state for parameter w; grows the shared device workspace to fit w's shape.
   State make_state(DeviceMatrixView<const T> w) {
     detail::check_device_view<T>(Host::name(), w, "W");
+    // Growing the workspace frees buffers that steps queued on the engine's stream may still use, and the zero
+    // fill below runs on Thrust's stream: both after the work queued so far (device_matrix.hpp).
+    detail::device_synchronize();
     State s;
     s.rows = w.rows;
     s.cols = w.cols;

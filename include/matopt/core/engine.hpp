@@ -138,7 +138,7 @@ void syrk_lower(T alpha, const DenseMap<T, Order>& a, T beta, DenseMap<T, Order>
     cblas_dsyrk(order, CblasLower, CblasNoTrans, int(n), int(a.cols()), alpha, a.data(), lda, beta, c.data(), ldc);
 #else
   const Index nt = tiles::count(n);
-  parallel_for(nt * (nt + 1) / 2, [&](Index t) {
+  parallel_for_products(nt * (nt + 1) / 2, [&](Index t) {
     Index i, j;
     tiles::lower(t, i, j);
     const Index r0 = tiles::begin(i), rn = tiles::size(i, n), c0 = tiles::begin(j), cn = tiles::size(j, n);
@@ -184,7 +184,7 @@ void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T b
 #endif
   (void)k;
   const Index mt = tiles::count(m), nt = tiles::count(n);
-  parallel_for(mt * nt, [&](Index t) {
+  parallel_for_products(mt * nt, [&](Index t) {
     const Index i = t % mt, j = t / mt;
     const Index r0 = tiles::begin(i), rn = tiles::size(i, m), c0 = tiles::begin(j), cn = tiles::size(j, n);
     product_tile(alpha, a.middleRows(r0, rn), b.middleCols(c0, cn), beta, c.block(r0, c0, rn, cn));

@@ -293,7 +293,8 @@ class Optimizer {
   }
 
   /// Per-head / split orthogonalization (precondition/row_blocks.hpp): the rows must split as asked, and only
-  /// a preconditioner that steps row blocks (Orthogonalize) with a scaling that keeps no state takes it.
+  /// a preconditioner that steps row blocks (Orthogonalize, SecondMoment of it) with a scaling that keeps no
+  /// state takes it.
   void check_row_blocks(Index m, Index n) const {
     constexpr const char* where = Defaults::name;
     if constexpr (std::is_base_of_v<RowBlocks, typename Preconditioner::Options>) {
@@ -301,7 +302,7 @@ class Optimizer {
       if (!b.blocked()) return;
       if constexpr (!detail::splits_rows_v<Preconditioner>)
         detail::fail(where, "heads / split_sizes: ", detail::policy_identity<Preconditioner>(),
-                     " orthogonalizes the whole matrix (only Orthogonalize steps row blocks)");
+                     " orthogonalizes the whole matrix (only Orthogonalize and SecondMoment step row blocks)");
       if constexpr (!std::is_empty_v<typename Scaling::template State<T>>)
         detail::fail(where, "heads / split_sizes need a scaling without per-parameter state (", Scaling::name(),
                      " keeps one per matrix)");
@@ -404,8 +405,9 @@ class Optimizer {
     ++state.steps;
   }
 
-  /// apply() for a preconditioner that splits W's rows into blocks (heads, split_sizes): each block is
-  /// preconditioned and scaled as a parameter of its own shape; the momentum is updated once, after.
+  /// apply() for a preconditioner that splits W's rows into blocks (heads, split_sizes, split_groups): each block
+  /// (rows of W, G and V picked by an index list, RowSet) is preconditioned and scaled as a parameter of its own
+  /// shape, a stateful preconditioner on its share of the state; the momentum is updated once, after.
   template <class WMat, class GMat>
   void apply_blocks(WMat& w, const GMat& g, State& state, Workspace& ws) {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
@@ -413,15 +415,21 @@ class Optimizer {
     const T lr = options_.lr, lambda = options_.weight_decay;
     Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
                                                    MomentumPolicy::has_buffer ? w.cols() : 0);
-    options_.precondition.for_each(w.rows(), [&](Index first, Index rows) {
-      auto wb = w.middleRows(first, rows);
-      const auto gb = g.middleRows(first, rows);
+    options_.precondition.for_each(w.rows(), [&](const RowSet& rows) {
+      auto wb = w(rows, Eigen::all);
+      const auto gb = g(rows, Eigen::all);
       auto update = [&](const auto& d) { Scaling::update(wb, d, gb, state.scaling, options_.scaling, lr, lambda); };
+      auto precondition = [&](const auto& u) {
+        if constexpr (detail::has_policy_state_v<Preconditioner, T>)
+          Preconditioner::template apply_block<T>(rows, w.rows(), u, gb, options_.precondition, ws, state.precondition,
+                                                  update);
+        else
+          Preconditioner::template apply<T>(u, options_.precondition, ws, update);
+      };
       if constexpr (MomentumPolicy::has_buffer)
-        Preconditioner::template apply<T>(c.u_g * gb + c.u_v * v.middleRows(first, rows), options_.precondition, ws,
-                                          update);
+        precondition(c.u_g * gb + c.u_v * v(rows, Eigen::all));
       else
-        Preconditioner::template apply<T>(gb, options_.precondition, ws, update);
+        precondition(gb);
     });
     if constexpr (MomentumPolicy::has_buffer) v = c.v_v * v + c.v_g * g;
     ++state.steps;

@@ -32,7 +32,10 @@ struct Orthogonalize {
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Method::reserve(ws, o, m < n ? m : n, m < n ? n : m);
     if (o.blocked() && o.fits(m))
-      o.for_each(m, [&](Index, Index rows) { Method::reserve(ws, o, rows < n ? rows : n, rows < n ? n : rows); });
+      o.for_each(m, [&](const RowSet& b) {
+        const Index rows = b.size();
+        Method::reserve(ws, o, rows < n ? rows : n, rows < n ? n : rows);
+      });
   }
 
   static void validate(const Options& o, std::string_view where) {

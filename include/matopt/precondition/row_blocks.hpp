@@ -5,8 +5,13 @@
 //                       `num_heads`), each block's step that of an hd x d matrix.
 //   split_sizes = r_i:  contiguous row blocks of r_i rows (packed QKV, unequal under GQA: q_dim, kv_dim,
 //                       kv_dim; dion `split_sizes`, NVIDIA's contiguous split of the EO docstring).
-// The scaling then sees each block as the parameter: s(r_i, d) (dion: adjust_lr on the block's shape).
-// The momentum stays one buffer. Blocks run one after another (each uses every thread in its products).
+//   split_sizes = r_i with split_groups = G: Megatron's interleaved linear_qkv (muon_split_qkv; TensorParallel-
+//                       Muon.orthogonalize): the rows are G query groups of sum(r_i) rows each, [hpg dk | dk | dk];
+//                       block i is slice i of every group (all the Q rows, all the K rows, all the V rows), of
+//                       G r_i rows in group order, orthogonalized once and scaled by s(G r_i, d).
+// The scaling then sees each block as the parameter: s(rows, d) (dion: adjust_lr on the block's shape). A
+// stateful preconditioner (SecondMoment: per-head NorMuon) keeps its state per block. The momentum stays one
+// buffer. Blocks run one after another (each uses every thread in its products).
 
 #include <string>
 #include <string_view>
@@ -18,35 +23,41 @@
 
 namespace matopt {
 
+/// The rows of one block: `groups` runs of `rows` consecutive rows, run k starting at row first + k * stride.
+/// An index list for Eigen's indexed views (size() and operator[]): W's block is w(set, Eigen::all).
+struct RowSet {
+  Index first = 0, rows = 0, stride = 0, groups = 1;
+  Index size() const { return rows * groups; }
+  Index operator[](Index i) const { return groups == 1 ? first + i : first + (i / rows) * stride + i % rows; }
+};
+
 struct RowBlocks {
   int heads = 1;                   ///< H equal blocks of rows (1: the whole matrix)
-  std::vector<Index> split_sizes;  ///< or explicit block heights, summing to the rows (empty: none)
+  std::vector<Index> split_sizes;  ///< or explicit block heights (within a group), summing to the group's rows
+  int split_groups = 1;            ///< G > 1: split_sizes repeat G times, block i = slice i of every group (Megatron)
 
   bool blocked() const { return heads > 1 || !split_sizes.empty(); }
   /// Whether m rows split as asked.
   bool fits(Index m) const {
-    if (!split_sizes.empty()) {
-      Index total = 0;
-      for (Index r : split_sizes) total += r;
-      return total == m;
-    }
+    if (!split_sizes.empty()) return group_rows() * split_groups == m;
     return m % heads == 0;
   }
-  /// f(first_row, rows) for each block of an m-row matrix that fits().
+  /// f(RowSet) for each block of an m-row matrix that fits(), in order.
   template <class F>
   void for_each(Index m, F&& f) const {
-    Index first = 0;
     if (!split_sizes.empty()) {
+      const Index stride = group_rows();
+      Index first = 0;
       for (Index r : split_sizes) {
-        f(first, r);
+        f(RowSet{first, r, stride, split_groups});
         first += r;
       }
     } else {
-      for (int h = 0; h < heads; ++h) f(Index(h) * (m / heads), m / heads);
+      for (int h = 0; h < heads; ++h) f(RowSet{Index(h) * (m / heads), m / heads, m, 1});
     }
   }
   /// Rows of the first block (the shape effective_lr reports).
-  Index first_rows(Index m) const { return !split_sizes.empty() ? split_sizes.front() : m / heads; }
+  Index first_rows(Index m) const { return !split_sizes.empty() ? split_sizes.front() * split_groups : m / heads; }
 
   void validate(std::string_view where) const {
     if (heads < 1) detail::fail(where, "heads must be >= 1 (got ", heads, ")");
@@ -54,6 +65,9 @@ struct RowBlocks {
       detail::fail(where, "heads (", heads, ") and split_sizes are exclusive: give one of them");
     for (Index r : split_sizes)
       if (r < 1) detail::fail(where, "split_sizes must be >= 1 (got ", r, ")");
+    if (split_groups < 1) detail::fail(where, "split_groups must be >= 1 (got ", split_groups, ")");
+    if (split_groups > 1 && split_sizes.empty())
+      detail::fail(where, "split_groups (", split_groups, ") needs split_sizes (the rows of one group's blocks)");
   }
   /// A matrix of m rows must split as asked (checked before a step writes anything).
   void check(Index m, Index n, std::string_view where) const {
@@ -61,6 +75,9 @@ struct RowBlocks {
     if (!split_sizes.empty()) {
       std::string sizes;
       for (Index r : split_sizes) sizes += (sizes.empty() ? "" : ",") + std::to_string(r);
+      if (split_groups > 1)
+        detail::fail(where, "split_groups = ", split_groups, " groups of split_sizes (", sizes,
+                     ") do not add up to the rows of W (", detail::shape_string(m, n), ")");
       detail::fail(where, "split_sizes (", sizes, ") do not add up to the rows of W (", detail::shape_string(m, n), ")");
     }
     detail::fail(where, "heads = ", heads, " does not divide the rows of W (", detail::shape_string(m, n), ")");
@@ -69,6 +86,8 @@ struct RowBlocks {
   bool set_option(std::string_view key, std::string_view value) {
     if (key == "heads") {
       heads = detail::parse_int(key, value);
+    } else if (key == "split_groups") {
+      split_groups = detail::parse_int(key, value);
     } else if (key == "split_sizes") {  // "512,128,128"; "" clears
       split_sizes.clear();
       std::string_view rest = value;
@@ -82,7 +101,14 @@ struct RowBlocks {
     }
     return true;
   }
-  static constexpr const char* option_keys() { return "heads, split_sizes"; }
+  static constexpr const char* option_keys() { return "heads, split_sizes, split_groups"; }
+
+ private:
+  Index group_rows() const {
+    Index total = 0;
+    for (Index r : split_sizes) total += r;
+    return total;
+  }
 };
 
 }  // namespace matopt

@@ -9,6 +9,9 @@
 //   moments::Namo (arXiv 2602.17080; Emerging-Optimizers moment2_method="namo"), one scalar:
 //       S <- lerp(S, ||G||_F^2, 1 - beta2);  D' = D ||U||_F / (sqrt(S) + eps)
 // No bias correction, as in the reference codes. The Scaling policy then applies lr, s(m, n) and the decay.
+// Per-head (heads, split_sizes, split_groups of an Orthogonalize Inner: row_blocks.hpp): each block of rows is
+// a parameter of its own, with its own S, its own Frobenius rescale (NorMuon: dion's NorMuon with num_heads)
+// and its own ||G||_F (NAMO); S holds the blocks' states one after another.
 // Every eps is added to a norm, never a divisor on its own: a zero gradient or a zero direction gives D' = 0,
 // not 0/0 (dion#24). The state (S) is the parameter's and goes into checkpoints.
 
@@ -26,6 +29,7 @@
 #include "matopt/core/parse.hpp"
 #include "matopt/core/traits.hpp"
 #include "matopt/core/workspace.hpp"
+#include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
 namespace moments {
@@ -172,20 +176,45 @@ struct SecondMoment {
 
   /// The preconditioner reads the raw gradient too (NAMO's ||G||_F): Optimizer passes it.
   static constexpr bool reads_gradient = true;
+  /// Row blocks when Inner steps them (Orthogonalize): Optimizer calls apply_block for each.
+  static constexpr bool splits_rows = detail::splits_rows_v<Inner>;
 
   static constexpr const char* name() { return "SecondMoment"; }
   static std::string identity() {
     return std::string("SecondMoment<") + detail::policy_identity<Inner>() + ", " + Moment::name() + ">";
   }
 
+  /// Entries of S for an m x n parameter under options o (the blocks' states one after another).
+  static Index state_size(const Options& o, Index m, Index n) {
+    if constexpr (splits_rows) {
+      if (o.blocked() && o.fits(m)) {
+        Index size = 0;
+        o.for_each(m, [&](const RowSet& b) { size += Moment::state_size(b.size(), n); });
+        return size;
+      }
+    }
+    return Moment::state_size(m, n);
+  }
   template <class T>
-  static void init_state(State<T>& s, Index m, Index n) {
-    s.second_moment.setZero(Moment::state_size(m, n));
+  static void init_state(State<T>& s, const Options& o, Index m, Index n) {
+    s.second_moment.setZero(state_size(o, m, n));
+  }
+  /// S must be the size these options give (heads / split sizes fixed at make_state), checked before a step.
+  template <class T>
+  static void check_state(const State<T>& s, const Options& o, Index m, Index n, std::string_view where) {
+    const Index want = state_size(o, m, n);
+    if (s.second_moment.size() != want)
+      detail::fail(where, "state's second moment has ", s.second_moment.size(), " entries but a ",
+                   detail::shape_string(m, n), " W with these options needs ", want,
+                   " (heads / split_sizes / split_groups changed since make_state)");
   }
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Inner::reserve(ws, o, m, n);
     ws.factors.reserve(Moment::workspace_size(m, n));
+    if constexpr (splits_rows)
+      if (o.blocked() && o.fits(m))
+        o.for_each(m, [&](const RowSet& b) { ws.factors.reserve(Moment::workspace_size(b.size(), n)); });
   }
   static void validate(const Options& o, std::string_view where) {
     Inner::validate(o, where);
@@ -204,10 +233,25 @@ struct SecondMoment {
   /// Calls sink(D') for the direction U of gradient G.
   template <class T, class UExpr, class GMat, class Sink>
   static void apply(const UExpr& u, const GMat& g, const Options& o, Workspace<T>& ws, State<T>& st, Sink&& sink) {
+    run<T>(u, g, o, ws, st.second_moment.data(), sink);
+  }
+  /// The same for the row block `rows` of an m-row W (the block's U and G), on that block's share of S (the
+  /// blocks' states lie in block order).
+  template <class T, class UExpr, class GMat, class Sink>
+  static void apply_block(const RowSet& rows, Index m, const UExpr& u, const GMat& g, const Options& o,
+                          Workspace<T>& ws, State<T>& st, Sink&& sink) {
+    Index offset = 0;
+    o.for_each(m, [&](const RowSet& b) {
+      if (b.first < rows.first) offset += Moment::state_size(b.size(), u.cols());
+    });
+    run<T>(u, g, o, ws, st.second_moment.data() + offset, sink);
+  }
+
+ private:
+  template <class T, class UExpr, class GMat, class Sink>
+  static void run(const UExpr& u, const GMat& g, const Options& o, Workspace<T>& ws, T* s, Sink&& sink) {
     static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::SecondMoment: Inner must keep no state of its own");
-    auto moment = [&](const auto& d) {
-      Moment::template apply<T>(d, u, g, o.moment, st.second_moment.data(), ws.factors.data(), sink);
-    };
+    auto moment = [&](const auto& d) { Moment::template apply<T>(d, u, g, o.moment, s, ws.factors.data(), sink); };
     const typename Inner::Options& inner = o;
     if constexpr (Moment::sign_input)
       Inner::template apply<T>(u.array().sign().matrix(), inner, ws, moment);

@@ -1,0 +1,60 @@
+// Results do not depend on the number of threads: bitwise the same W for 1, 2 and 3 OpenMP threads (3 is more
+// than this machine's 2 cores, so rows split unevenly). Built twice: into matopt_tests (the suites build: Clang
+// -O0 under ASan, a smaller set) and, as users build, with -O2 -march=native into matopt_native_tests (the
+// configured GEMM engine) and matopt_native_eigen_tests (Eigen's own products) (tests/CMakeLists.txt).
+// Under the BLAS engine the threads varied are matopt's (row splits of the fused kernels, the batched step);
+// OpenBLAS's own threads inside its products are not matopt's to choose and are left as configured.
+#include <utility>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include <matopt/matopt.hpp>
+
+#include "test_support.hpp"
+
+using namespace matopt;
+using namespace matopt::test;
+
+TEST_CASE_TEMPLATE("results are bitwise identical for 1, 2 and 3 threads", T, float, double) {
+  auto run = [](auto opt, auto tag, Index m, Index n, int threads) {
+    using M = decltype(tag);
+    M w = randn<M>(m, n, 5);
+    with_threads(threads, [&] {
+      auto st = opt.make_state(w);
+      for (unsigned k = 0; k < 2; ++k) opt.step(w, M(randn<M>(m, n, 30 + k)), st);
+    });
+    return w;
+  };
+  const auto same = [&](auto opt, auto tag, Index m, Index n) {
+    const auto one = run(opt, tag, m, n, 1);
+    CHECK(run(opt, tag, m, n, 2) == one);
+    CHECK(run(opt, tag, m, n, 3) == one);
+  };
+  // 256 x 256 and 256 x 1000: one tile of the Eigen engine's symmetric products (kTile = 256), rows split between
+  // threads; 420 x 270 and 270 x 700: two tiles. Optimized builds check every shape and preset; at -O0 under ASan
+  // (the suites build) one two-tile shape and two presets in float keep the threaded tiled code under the
+  // sanitizers (the full set took 127 s there).
+#if defined(__OPTIMIZE__)
+  const std::vector<std::pair<Index, Index>> shapes{{256, 256}, {256, 1000}, {420, 270}, {270, 700}};
+  constexpr bool all = true;
+#else
+  const std::vector<std::pair<Index, Index>> shapes{{258, 264}};
+  constexpr bool all = false;
+#endif
+  if (!all && std::is_same_v<T, double>) return;
+  for (const auto& mn : shapes) {
+    const auto m = mn.first;
+    const auto n = mn.second;
+    CAPTURE(m);
+    CAPTURE(n);
+    same(Muon<T>{}, RowMat<T>(), m, n);
+    same(RMNP<T>{}, ColMat<T>(), m, n);
+    if (!all) continue;
+    same(Muon<T>{}, ColMat<T>(), m, n);
+    same(OrScale<T>{}, ColMat<T>(), m, n);
+    same(RMNP<T>{}, RowMat<T>(), m, n);
+    same(ColNorm<T>{}, RowMat<T>(), m, n);
+    same(NorMuon<T>{}, RowMat<T>(), m, n);
+  }
+}
