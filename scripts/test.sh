@@ -3,12 +3,14 @@
 # with the compiler that compiles it fastest (docs/reliability.md#ci: Clang 14 compiles these Eigen-heavy test
 # files 5x faster at -O0 than GCC 12 at -O1, and GCC is what most users build the library with):
 #   1. build-suites/  the doctest suites (MATOPT_TEST_SET=suites): Clang, -O0, AddressSanitizer and
-#                     UndefinedBehaviorSanitizer, C++20: the math against golden data and closed forms, policies,
-#                     checkpoints, facade, hybrid, Thrust on the CPU, MPI, libtorch, the examples' own code.
+#                     UndefinedBehaviorSanitizer, C++20, Eigen's own GEMM engine (matopt's tiled products under the
+#                     sanitizers): the math against golden data and closed forms, policies, checkpoints, facade,
+#                     hybrid, Thrust on the CPU, MPI, libtorch, the examples' own code.
 #   2. build/         the library as users build it (MATOPT_TEST_SET=library): the default compiler (GCC), C++17,
 #                     Release, -Werror: every public header on its own, matopt::runtime, the examples and their
-#                     runs, the allocation tests, thread-count determinism with -march=native (both GEMM
-#                     engines), packaging, the benchmarks, and every CUDA kernel when nvcc is found.
+#                     runs, the allocation tests, the engines' Newton–Schulz against a plain reference and
+#                     thread-count determinism with -march=native (the default BLAS engine and Eigen's), packaging,
+#                     the benchmarks, and every CUDA kernel when nvcc is found.
 # Extra arguments go to both configure steps (e.g. -DMATOPT_THRUST_DEVICE_SYSTEM=OMP). Build directories:
 # MATOPT_BUILD_DIR (default build) and MATOPT_SUITES_BUILD_DIR (default build-suites).
 set -euo pipefail
@@ -27,6 +29,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then 
 echo "== matopt tests 1/2: the suites (Clang, -O0, ASan + UBSan) in $suites"
 CXX=clang++ cmake -S . -B "$suites" $(generator "$suites") -DCMAKE_BUILD_TYPE=Release -DMATOPT_WERROR=ON \
   -DMATOPT_TEST_SET=suites -DCMAKE_CXX_FLAGS_RELEASE=-O0 -DMATOPT_TEST_OPTIMIZATION=-O0 -DCMAKE_CXX_STANDARD=20 \
+  -DMATOPT_GEMM_ENGINE=eigen \
   -DMATOPT_SANITIZE=address,undefined -DMATOPT_ENABLE_CUDA=OFF -DMATOPT_BUILD_RUNTIME=OFF \
   -DMATOPT_BUILD_EXAMPLES=OFF -DMATOPT_BUILD_BENCHMARKS=OFF "$@"
 cmake --build "$suites" -j "$jobs"

@@ -9,6 +9,12 @@
 #endif
 #include "matopt/facade/any_optimizer.hpp"
 
-#define MATOPT_INSTANTIATE_PRESET_FOR(Preset, T) template AnyOptimizer<T> detail::configured<Preset<T>>(const Config&);
+// A matrix preset: its facade model and its steps (presets.hpp declares both extern for the including files).
+#define MATOPT_INSTANTIATE_PRESET_FOR(Preset, T) \
+  template AnyOptimizer<T> detail::configured<Preset<T>>(const Config&); MATOPT_PRESET_STEPS(, Preset, T)
 #define MATOPT_INSTANTIATE_PRESET(Preset) \
   MATOPT_INSTANTIATE_PRESET_FOR(Preset, float) MATOPT_INSTANTIATE_PRESET_FOR(Preset, double)
+// AdamW and Lion (not matopt::Optimizer): the facade model only.
+#define MATOPT_INSTANTIATE_FACADE(Preset)                                     \
+  template AnyOptimizer<float> detail::configured<Preset<float>>(const Config&); \
+  template AnyOptimizer<double> detail::configured<Preset<double>>(const Config&);

@@ -1,7 +1,8 @@
-// Results do not depend on the number of threads: bitwise the same W for 1, 2 and 3 OpenMP threads (3 is more
-// than this machine's 2 cores, so rows split unevenly). Built twice: into matopt_tests (the suites build: Clang
-// -O0 under ASan, a smaller set) and, as users build, with -O2 -march=native into matopt_native_tests (the
-// configured GEMM engine) and matopt_native_eigen_tests (Eigen's own products) (tests/CMakeLists.txt).
+// The engine as users build it: Newton–Schulz through the configured GEMM engine against plain Eigen code, and
+// results that do not depend on the number of threads: bitwise the same W for 1, 2 and 3 OpenMP threads (3 is more
+// than this machine's 2 cores, so rows split unevenly). Built into matopt_tests (the suites build: Clang -O0
+// under ASan, a smaller set) and, as users build, with -O2 -march=native into matopt_native_tests (the configured
+// GEMM engine, BLAS by default) and matopt_native_eigen_tests (Eigen's own products) (tests/CMakeLists.txt).
 // Under the BLAS engine the threads varied are matopt's (row splits of the fused kernels, the batched step);
 // OpenBLAS's own threads inside its products are not matopt's to choose and are left as configured.
 #include <utility>
@@ -15,6 +16,36 @@
 
 using namespace matopt;
 using namespace matopt::test;
+
+TEST_CASE_TEMPLATE("Newton–Schulz through the engine matches plain Eigen code", T, float, double) {
+  // The engine's products (BLAS, or Eigen's tiled symmetric ones; Gram NS from max/min >= 4) against Jordan NS5
+  // written plainly in double: A = X X^T, B = b A + c A^2, X = a X + B X.
+  auto reference = [](Eigen::MatrixXd x) {
+    const bool tall = x.rows() > x.cols();
+    if (tall) x.transposeInPlace();
+    x /= x.norm() + 1e-7;
+    for (int k = 0; k < 5; ++k) {
+      const Eigen::MatrixXd a = x * x.transpose();
+      x = (3.4445 * x + (-4.7750 * a + 2.0315 * a * a) * x).eval();
+    }
+    if (tall) x.transposeInPlace();
+    return x;
+  };
+#if defined(__OPTIMIZE__)
+  const std::vector<std::pair<Index, Index>> shapes{{256, 1000}, {300, 520}, {520, 300}, {40, 900}};
+#else
+  const std::vector<std::pair<Index, Index>> shapes{{40, 200}};
+#endif
+  for (const auto& mn : shapes) {
+    CAPTURE(mn.first);
+    CAPTURE(mn.second);
+    const Eigen::MatrixXd u = randn(mn.first, mn.second, 3);
+    const Eigen::MatrixXd want = reference(u);
+    const double tol = std::is_same_v<T, float> ? 2e-5 : 1e-12;
+    CHECK(rel_error(precondition<Orthogonalize<NewtonSchulz<>>, T>(RowMat<T>(u.cast<T>())), want) <= tol);
+    CHECK(rel_error(precondition<Orthogonalize<NewtonSchulz<>>, T>(ColMat<T>(u.cast<T>())), want) <= tol);
+  }
+}
 
 TEST_CASE_TEMPLATE("results are bitwise identical for 1, 2 and 3 threads", T, float, double) {
   auto run = [](auto opt, auto tag, Index m, Index n, int threads) {

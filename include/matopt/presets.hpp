@@ -147,4 +147,31 @@ using TurboMuon = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::Turbo>>, Mo
 template <class T>
 using Dion = Optimizer<T, DionPowerIteration, NoMomentum, Static<shape::Spectral>, defaults::Dion>;
 
+/// The matrix presets matopt::runtime compiles (src/runtime_*.cpp), as X(Preset); with AdamW and Lion they are the
+/// facade's presets (MATOPT_FACADE_PRESETS, facade/any_optimizer.hpp).
+#define MATOPT_MATRIX_PRESETS(X)                                                                              \
+  X(Muon) X(MuonAutoSteps) X(MoonlightMuon) X(RMNP) X(ColNorm) X(OrScale) X(NorMuon) X(AdaMuon) X(NAMO) X(PolarGrad) \
+  X(TurboMuon) X(Dion)
+
+/// A preset's compiled entry points for scalar T: make_state's shape form, the step of each storage order
+/// (Optimizer::step_map) and the batched step, after `kind`: `extern` declares them, nothing defines them.
+#define MATOPT_PRESET_STEPS(kind, Preset, T)                                                                      \
+  kind template Preset<T>::State Preset<T>::make_state(Index, Index, Layout);                                     \
+  kind template void Preset<T>::step_map<Layout::RowMajor>(                                                       \
+      detail::StepMap<T, Layout::RowMajor>, detail::StepMap<const T, Layout::RowMajor>, Preset<T>::State&);       \
+  kind template void Preset<T>::step_map<Layout::ColMajor>(                                                       \
+      detail::StepMap<T, Layout::ColMajor>, detail::StepMap<const T, Layout::ColMajor>, Preset<T>::State&);       \
+  kind template void Preset<T>::step(const std::vector<MatrixView<T>>&, const std::vector<MatrixView<const T>>&, \
+                                     std::vector<Preset<T>::State>&);
+
+#if defined(MATOPT_RUNTIME_COMPILED) && !defined(MATOPT_HEADER_ONLY_PRESETS)
+// Linked with matopt::runtime: the presets' steps are compiled there (src/runtime_*.cpp), not in every file that
+// steps one (a test file stepping a dozen presets in both orders spent most of its compile time on them). Define
+// MATOPT_HEADER_ONLY_PRESETS to compile them in the including file instead, e.g. with its own -march.
+#define MATOPT_EXTERN_PRESET_STEPS(Preset) \
+  MATOPT_PRESET_STEPS(extern, Preset, float) MATOPT_PRESET_STEPS(extern, Preset, double)
+MATOPT_MATRIX_PRESETS(MATOPT_EXTERN_PRESET_STEPS)
+#undef MATOPT_EXTERN_PRESET_STEPS
+#endif
+
 }  // namespace matopt

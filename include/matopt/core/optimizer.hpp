@@ -50,6 +50,19 @@ void optimizer_state_fields(S& s, V& momentum, F&& f) {
   f("precondition", s.precondition);
   f("scaling", s.scaling);
 }
+
+/// f(w, g) with W's view and G's data as StepMaps of W's storage order (one branch on it, so that f is compiled
+/// for matching orders only), after with_map's checks of both views.
+template <class T, class F>
+void with_step_maps(MatrixView<T> w, MatrixView<const T> g, F&& f) {
+  with_map(g, [](const auto&) {});  // the checks of G's shape and data
+  with_map(w, [&](auto& wm) {
+    constexpr Layout layout = layout_of_v<decltype(wm)>;
+    auto wmap = step_map<T, layout>(wm.data(), wm.rows(), wm.cols());
+    auto gmap = step_map<const T, layout>(g.data, g.rows, g.cols);
+    f(wmap, gmap);
+  });
+}
 }  // namespace detail
 
 /// The lr and weight-decay defaults of an Optimizer, with its name for messages. A preset names its own;
@@ -137,28 +150,27 @@ class Optimizer {
   /// workspace to fit W's shape.
   template <class WMat>
   State make_state(const Eigen::MatrixBase<WMat>& w) {
-    State s;
-    s.rows = w.rows();
-    s.cols = w.cols();
-    s.layout = detail::layout_of_v<WMat>;
-    if constexpr (MomentumPolicy::has_buffer) s.momentum.setZero(w.size());
-    detail::init_policy_state<Preconditioner>(s.precondition, options_.precondition, w.rows(), w.cols());
-    detail::init_policy_state<Scaling>(s.scaling, w.rows(), w.cols());
-    reserve_workspaces(w.rows(), w.cols(), detail::available_threads());
-    pending_.reserve(++states_made_);  // the batched step's per-parameter actions
-    return s;
+    return make_state(w.rows(), w.cols(), detail::layout_of_v<WMat>);
   }
 
   /// One step, in place. Throws std::invalid_argument (leaving W and state unchanged) on bad
   /// hyperparameters, a shape or layout mismatch, or (under NonFinite::Throw) a non-finite gradient.
+  /// W and G contiguous in one storage order (Matrix, Map of one) step through one compiled path per order
+  /// (step_map); other expressions (a Block, a Ref, a G computed on the fly) are evaluated as given.
   template <class WMat, class GMat>
   void step(WMat&& w, const Eigen::MatrixBase<GMat>& g, State& state) {
     static_assert(detail::is_eigen_matrix_v<WMat>,
                   "matopt::Optimizer::step: W must be an Eigen matrix (Matrix, Map, Ref, Block)");
-    validate(options_, Defaults::name);
-    const detail::GradAction action = check(w, g, state);
-    Preconditioner::reserve(workspace_, options_.precondition, w.rows(), w.cols());  // no-op unless another optimizer made state
-    run(w, g.derived(), action, state, workspace_);
+    using W = detail::remove_cvref_t<WMat>;
+    if constexpr (detail::steps_as_map_v<T, W, GMat>) {
+      constexpr Layout layout = detail::layout_of_v<W>;
+      step_map<layout>(detail::step_map<T, layout>(w), detail::step_map<const T, layout>(g.derived()), state);
+    } else {
+      validate(options_, Defaults::name);
+      const detail::GradAction action = check(w, g, state);
+      Preconditioner::reserve(workspace_, options_.precondition, w.rows(), w.cols());
+      run(w, g.derived(), action, state, workspace_);
+    }
   }
 
   /// Steps many parameters at once: params[i] with grads[i] and states[i]. Everything is checked before
@@ -170,46 +182,7 @@ class Optimizer {
   /// Parameters whose gradient is zeroed, or whose step reports telemetry, run after the parallel part, one
   /// by one.
   void step(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
-            std::vector<State>& states) {
-    constexpr const char* where = Defaults::name;
-    if (grads.size() != params.size() || states.size() != params.size())
-      detail::fail(where, "batched step got ", params.size(), " parameters, ", grads.size(), " gradients and ",
-                   states.size(), " states");
-    validate(options_, where);
-    pending_.assign(params.size(), Pending{});
-    for (std::size_t i = 0; i < params.size(); ++i) {
-      if (grads[i].layout != params[i].layout && !detail::same_layout(grads[i].layout, params[i].layout,
-                                                                       params[i].rows, params[i].cols))
-        detail::fail(where, "parameter ", i, ": G is ", detail::layout_name(grads[i].layout), " but W is ",
-                     detail::layout_name(params[i].layout));
-      detail::with_map(params[i], [&](const auto& w) {
-        detail::with_map(grads[i], [&](const auto& g) { pending_[i].action = check(w, g, states[i]); });
-      });
-    }
-    const int threads = detail::available_threads();
-    for (std::size_t i = 0; i < params.size(); ++i) reserve_workspaces(params[i].rows, params[i].cols, threads);
-    auto one = [&](std::size_t i, Workspace& ws) {
-      detail::with_map(params[i], [&](auto& w) {
-        detail::with_map(MatrixView<const T>{grads[i].data, grads[i].rows, grads[i].cols, params[i].layout},
-                         [&](const auto& g) { run(w, g, pending_[i].action, states[i], ws); });
-      });
-    };
-    // Parallel: small parameters with a plain step. The rest (large, zeroed or reporting) one by one.
-    // Decided before anything steps (a step advances the state's count, which telemetry reads).
-    for (std::size_t i = 0; i < params.size(); ++i)
-      pending_[i].parallel = small(params[i].rows, params[i].cols) &&
-                             pending_[i].action != detail::GradAction::Zero && !telemetry_.due(states[i].steps + 1);
-    {
-      [[maybe_unused]] const detail::SerialEngineScope serial;
-      detail::parallel_for(Index(params.size()), [&](Index i) {
-        if (!pending_[std::size_t(i)].parallel) return;
-        const int t = detail::thread_index();
-        one(std::size_t(i), t == 0 ? workspace_ : thread_workspaces_[std::size_t(t - 1)]);
-      });
-    }
-    for (std::size_t i = 0; i < params.size(); ++i)
-      if (!pending_[i].parallel) one(i, workspace_);
-  }
+            std::vector<State>& states);
 
   /// Reports every `t.every`-th step of each parameter to `t.callback` (step_policy.hpp). Off by default.
   void set_telemetry(Telemetry<T> t) { telemetry_ = std::move(t); }
@@ -255,6 +228,12 @@ class Optimizer {
 
  private:
   using Workspace = typename Preconditioner::template Workspace<T>;
+
+  // Defined below the class, not inline: linked with matopt::runtime, presets.hpp declares them extern for the
+  // runtime's presets, and a file that steps a preset then compiles none of its step (src/runtime_presets.hpp).
+  State make_state(Index rows, Index cols, Layout layout);
+  template <Layout L>
+  void step_map(detail::StepMap<T, L> w, detail::StepMap<const T, L> g, State& state);
 
   /// Whether the batched step runs this parameter in its parallel part: small, and an engine that can be
   /// held to the calling thread (a threaded BLAS called from several threads at once oversubscribes the
@@ -323,8 +302,8 @@ class Optimizer {
       clean_.reserve(g.size());  // allocates only if the policy was switched to Zero after make_state
       Eigen::Map<detail::DynamicMatrix<T, layout>> clean(clean_.data(), g.rows(), g.cols());
       clean = g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
-      run(w, Eigen::Map<const detail::DynamicMatrix<T, layout>>(clean.data(), g.rows(), g.cols()),
-          detail::GradAction::Apply, state, ws);
+      run(w, detail::step_map<const T, layout>(clean_.data(), g.rows(), g.cols()), detail::GradAction::Apply, state,
+          ws);
       ++state.zeroed;
       return;
     }
@@ -473,5 +452,68 @@ class Optimizer {
   Telemetry<T> telemetry_;
   detail::Buffer<T> report_w_, report_u_;      ///< telemetry: W before the step, and U
 };
+
+template <class T, class P, class M, class S, class D>
+typename Optimizer<T, P, M, S, D>::State Optimizer<T, P, M, S, D>::make_state(Index rows, Index cols, Layout layout) {
+  State s;
+  s.rows = rows;
+  s.cols = cols;
+  s.layout = layout;
+  if constexpr (M::has_buffer) s.momentum.setZero(rows * cols);
+  detail::init_policy_state<P>(s.precondition, options_.precondition, rows, cols);
+  detail::init_policy_state<S>(s.scaling, rows, cols);
+  reserve_workspaces(rows, cols, detail::available_threads());
+  pending_.reserve(++states_made_);  // the batched step's per-parameter actions
+  return s;
+}
+
+template <class T, class P, class M, class S, class D>
+template <Layout L>
+void Optimizer<T, P, M, S, D>::step_map(detail::StepMap<T, L> w, detail::StepMap<const T, L> g, State& state) {
+  validate(options_, D::name);
+  const detail::GradAction action = check(w, g, state);
+  P::reserve(workspace_, options_.precondition, w.rows(), w.cols());  // no-op unless another optimizer made state
+  run(w, g, action, state, workspace_);
+}
+
+template <class T, class P, class M, class S, class D>
+void Optimizer<T, P, M, S, D>::step(const std::vector<MatrixView<T>>& params,
+                                    const std::vector<MatrixView<const T>>& grads, std::vector<State>& states) {
+  constexpr const char* where = D::name;
+  if (grads.size() != params.size() || states.size() != params.size())
+    detail::fail(where, "batched step got ", params.size(), " parameters, ", grads.size(), " gradients and ",
+                 states.size(), " states");
+  validate(options_, where);
+  pending_.assign(params.size(), Pending{});
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (grads[i].layout != params[i].layout && !detail::same_layout(grads[i].layout, params[i].layout,
+                                                                     params[i].rows, params[i].cols))
+      detail::fail(where, "parameter ", i, ": G is ", detail::layout_name(grads[i].layout), " but W is ",
+                   detail::layout_name(params[i].layout));
+    detail::with_step_maps(params[i], grads[i],
+                           [&](const auto& w, const auto& g) { pending_[i].action = check(w, g, states[i]); });
+  }
+  const int threads = detail::available_threads();
+  for (std::size_t i = 0; i < params.size(); ++i) reserve_workspaces(params[i].rows, params[i].cols, threads);
+  auto one = [&](std::size_t i, Workspace& ws) {
+    detail::with_step_maps(params[i], grads[i],
+                           [&](auto& w, const auto& g) { run(w, g, pending_[i].action, states[i], ws); });
+  };
+  // Parallel: small parameters with a plain step. The rest (large, zeroed or reporting) one by one.
+  // Decided before anything steps (a step advances the state's count, which telemetry reads).
+  for (std::size_t i = 0; i < params.size(); ++i)
+    pending_[i].parallel = small(params[i].rows, params[i].cols) &&
+                           pending_[i].action != detail::GradAction::Zero && !telemetry_.due(states[i].steps + 1);
+  {
+    [[maybe_unused]] const detail::SerialEngineScope serial;
+    detail::parallel_for(Index(params.size()), [&](Index i) {
+      if (!pending_[std::size_t(i)].parallel) return;
+      const int t = detail::thread_index();
+      one(std::size_t(i), t == 0 ? workspace_ : thread_workspaces_[std::size_t(t - 1)]);
+    });
+  }
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!pending_[i].parallel) one(i, workspace_);
+}
 
 }  // namespace matopt

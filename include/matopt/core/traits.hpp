@@ -36,6 +36,33 @@ inline constexpr int eigen_order_v = L == Layout::RowMajor ? Eigen::RowMajor : E
 template <class T, Layout L>
 using DynamicMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, eigen_order_v<L>>;
 
+/// W and G as Optimizer::step runs them: a contiguous map in storage order L. A Matrix, a Map of one, a transposed
+/// or inner-panel view (Eigen's LinearAccessBit with direct access) is viewed this way, so that each preset's step
+/// is compiled once per order whatever matrix type the caller holds (and, linked with matopt::runtime, not at all in
+/// the caller's file: presets.hpp). It is also the facade's map (core/view.hpp, with_map). A contiguous map, not a
+/// strided one: Eigen compiles element-wise loops over strided memory into more code (src/runtime_moments.cpp took
+/// 212 s of g++ -O3 with an OuterStride<> map, 159 s with this one).
+template <class T, Layout L>
+using StepMap = Eigen::Map<std::conditional_t<std::is_const_v<T>, const DynamicMatrix<std::remove_const_t<T>, L>,
+                                              DynamicMatrix<T, L>>>;
+/// Whether W (and G) of these types step as StepMaps: contiguous (direct and linear access), T's scalar, one order.
+template <class T, class W, class G>
+inline constexpr bool steps_as_map_v =
+    bool(W::Flags & Eigen::DirectAccessBit) && bool(W::Flags & Eigen::LinearAccessBit) &&
+    bool(W::Flags & Eigen::LvalueBit) && bool(G::Flags & Eigen::DirectAccessBit) &&
+    bool(G::Flags & Eigen::LinearAccessBit) && std::is_same_v<typename W::Scalar, T> &&
+    std::is_same_v<typename G::Scalar, T> && layout_of_v<W> == layout_of_v<G>;
+/// The StepMap of m.
+template <class T, Layout L, class M>
+StepMap<T, L> step_map(M& m) {
+  return StepMap<T, L>(m.data(), m.rows(), m.cols());
+}
+/// The StepMap of a contiguous view's data.
+template <class T, Layout L>
+StepMap<T, L> step_map(T* data, Index rows, Index cols) {
+  return StepMap<T, L>(data, rows, cols);
+}
+
 /// Matrices with one row or one column have the same memory layout in either order.
 inline bool same_layout(Layout a, Layout b, Index rows, Index cols) {
   return a == b || rows <= 1 || cols <= 1;

@@ -280,9 +280,7 @@ AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {})
 }
 
 /// Every preset make_optimizer builds, as X(Preset): the list matopt::runtime compiles (src/runtime_*.cpp).
-#define MATOPT_FACADE_PRESETS(X) \
-  X(Muon) X(MuonAutoSteps) X(MoonlightMuon) X(RMNP) X(ColNorm) X(OrScale) X(NorMuon) X(AdaMuon) X(NAMO) \
-  X(PolarGrad) X(TurboMuon) X(Dion) X(AdamW) X(Lion)
+#define MATOPT_FACADE_PRESETS(X) MATOPT_MATRIX_PRESETS(X) X(AdamW) X(Lion)
 
 #if defined(MATOPT_RUNTIME_COMPILED)
 // Linked with matopt::runtime: the facade for float and double is compiled there, once (src/runtime.cpp), and
