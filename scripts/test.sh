@@ -28,8 +28,12 @@ generator() { if [ ! -f "$1/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&
 gpu_filter=(-LE gpu)
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then gpu_filter=(); fi
 
+# The suites link with LLD: GNU ld took 27 s to link the 480 MB sanitized matopt_tests, LLD 5 s (78 s → 13 s for all).
+lld=()
+if command -v ld.lld >/dev/null 2>&1; then lld=(-DCMAKE_EXE_LINKER_FLAGS=-fuse-ld=lld); fi
+
 echo "== matopt tests 1/2: the suites (Clang, -O0, ASan + UBSan) in $suites"
-CXX=clang++ cmake -S . -B "$suites" $(generator "$suites") -DCMAKE_BUILD_TYPE=Release -DMATOPT_WERROR=ON \
+CXX=clang++ cmake -S . -B "$suites" $(generator "$suites") "${lld[@]}" -DCMAKE_BUILD_TYPE=Release -DMATOPT_WERROR=ON \
   -DMATOPT_TEST_SET=suites -DCMAKE_CXX_FLAGS_RELEASE=-O0 -DMATOPT_TEST_OPTIMIZATION=-O0 -DCMAKE_CXX_STANDARD=20 \
   -DMATOPT_GEMM_ENGINE=eigen \
   -DMATOPT_SANITIZE=address,undefined -DMATOPT_BUILD_FUZZERS=ON -DMATOPT_ENABLE_CUDA=OFF -DMATOPT_BUILD_RUNTIME=OFF \

@@ -599,7 +599,7 @@ TEST_CASE("cuda backend: the BF16 product A A^T in four blocks (n >= 8192) again
   // and unrounded) inputs; the bf16 error must be measurably larger than FP32's (an engine that ran FP32 would
   // pass the tolerance alone).
   const Index n = 8192, k = 256;
-  CHECK(mc::bf16_syrk_blocks(n) == 4);
+  CHECK(mc::detail::bf16_syrk_blocks(n) == 4);
   const Eigen::MatrixXf a = matopt::test::randn<Eigen::MatrixXf>(n, k, 21);  // column-major n x k
   thrust::device_vector<float> da(a.data(), a.data() + a.size());
   const auto gram = [&](mc::Precision p) {
