@@ -6,7 +6,8 @@
 //   BM_NS/<schedule>/m/n           Newton–Schulz alone (5 steps), naive FLOP/s (20 r^2 s + 10 r^3)
 //   BM_Step/<preset>/m/n           one full optimizer step (momentum, preconditioner, update)
 //   BM_StepBatch/<preset>/count/m/n  `count` same-shape matrices through the batched step
-//   (presets: muon, moonlight_muon, orscale, rmnp, colnorm on row-major; rmnp_colmajor, colnorm_colmajor;
+//   (presets: muon, moonlight_muon, orscale, rmnp, colnorm, normuon on row-major (muon and normuon also on the GPT
+//    example's 128 x 128, 512 x 128, 128 x 512); rmnp_colmajor, colnorm_colmajor;
 //    compositions muon_spectral_cap, rmnp_adaptive)
 #include <algorithm>
 #include <vector>
@@ -113,6 +114,13 @@ void shapes(benchmark::internal::Benchmark* b) {
     b->Args({m, n});
   b->Unit(benchmark::kMillisecond)->UseRealTime();
 }
+
+/// The GPT example's hidden matrices (docs/gpt.md: d_model 128; q, k, v, o 128 x 128, fc 512 x 128, proj 128 x 512).
+void gpt_shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"m", "n"});
+  for (auto [m, n] : {std::pair{128, 128}, std::pair{512, 128}, std::pair{128, 512}}) b->Args({m, n});
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +137,11 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_Step/orscale", BM_Step<mo::OrScale<float>>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/rmnp", BM_Step<mo::RMNP<float>>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/colnorm", BM_Step<mo::ColNorm<float>>)->Apply(shapes);
+  // NorMuon: Muon plus the per-row second moment of the orthogonalized direction (an O(mn) pass), side by side with
+  // Muon on the large shapes and on the GPT example's.
+  benchmark::RegisterBenchmark("BM_Step/normuon", BM_Step<mo::NorMuon<float>>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/muon", BM_Step<mo::Muon<float>>)->Apply(gpt_shapes);
+  benchmark::RegisterBenchmark("BM_Step/normuon", BM_Step<mo::NorMuon<float>>)->Apply(gpt_shapes);
   // Storage order: the other fused kernel shape (ColNormalize along columns, RowNormalize across lines).
   using ColMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
   benchmark::RegisterBenchmark("BM_Step/rmnp_colmajor", BM_Step<mo::RMNP<float>, ColMat>)->Apply(shapes);
