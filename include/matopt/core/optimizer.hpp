@@ -52,15 +52,13 @@ void optimizer_state_fields(S& s, V& momentum, F&& f) {
 }
 
 /// f(w, g) with W's view and G's data as StepMaps of W's storage order (one branch on it, so that f is compiled
-/// for matching orders only), after with_map's checks of both views.
+/// for matching orders only; with_map's map is the StepMap), after the checks of both views.
 template <class T, class F>
 void with_step_maps(MatrixView<T> w, MatrixView<const T> g, F&& f) {
-  with_map(g, [](const auto&) {});  // the checks of G's shape and data
+  check_view(g);
   with_map(w, [&](auto& wm) {
-    constexpr Layout layout = layout_of_v<decltype(wm)>;
-    auto wmap = step_map<T, layout>(wm.data(), wm.rows(), wm.cols());
-    auto gmap = step_map<const T, layout>(g.data, g.rows, g.cols);
-    f(wmap, gmap);
+    auto gmap = step_map<const T, layout_of_v<decltype(wm)>>(g.data, g.rows, g.cols);
+    f(wm, gmap);
   });
 }
 }  // namespace detail

@@ -62,13 +62,19 @@ auto view(Eigen::Map<P, Opt>&& m) {
 }
 
 namespace detail {
-/// Calls f with an Eigen::Map of the view in its own storage order.
-template <class T, class F>
-decltype(auto) with_map(MatrixView<T> v, F&& f) {
-  using Plain = std::remove_const_t<T>;
+/// Throws std::invalid_argument on a negative shape, or null data for a nonempty matrix.
+template <class T>
+void check_view(const MatrixView<T>& v) {
   if (v.rows < 0 || v.cols < 0) fail("matopt::MatrixView", "negative shape ", v.rows, "x", v.cols);
   if (v.data == nullptr && v.rows * v.cols != 0)
     fail("matopt::MatrixView", "null data for a ", shape_string(v.rows, v.cols), " matrix");
+}
+
+/// Calls f with an Eigen::Map of the view in its own storage order (after check_view).
+template <class T, class F>
+decltype(auto) with_map(MatrixView<T> v, F&& f) {
+  using Plain = std::remove_const_t<T>;
+  check_view(v);
   if (v.layout == Layout::RowMajor) {
     using M = std::conditional_t<std::is_const_v<T>, const RowMatrix<Plain>, RowMatrix<Plain>>;
     Eigen::Map<M> map(v.data, v.rows, v.cols);
