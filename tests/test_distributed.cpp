@@ -106,6 +106,12 @@ TEST_CASE("MPI: OrScale owner-sharded (trust ratio computed by the owner) equals
   check_trajectory_and_traffic<OrScale<float>>({ShardMode::Owner, GradSync::ReduceScatter});
 }
 
+TEST_CASE("MPI: NorMuon, AdaMuon and Dion owner-sharded (states kept by the owner) equal single-process bitwise") {
+  check_trajectory_and_traffic<NorMuon<float>>({ShardMode::Owner, GradSync::ReduceScatter});
+  check_trajectory_and_traffic<AdaMuon<float>>({ShardMode::Owner, GradSync::AllReduce});
+  check_trajectory_and_traffic<Dion<float>>({ShardMode::Owner, GradSync::ReduceScatter});
+}
+
 TEST_CASE("MPI: a checkpoint written by p ranks resumes on p/2 ranks on the same trajectory") {
   check_resume_at_half_size<Muon<float>>({ShardMode::Owner}, {ShardMode::Owner});
   check_resume_at_half_size<OrScale<float>>({ShardMode::Owner}, {ShardMode::Owner});

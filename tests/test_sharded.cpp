@@ -25,6 +25,10 @@ TEST_CASE("shard plan: greedy largest-first onto the least-loaded rank, ties by 
   CHECK(preconditioner_cost<Muon<float>::PreconditionerType>(64, 48) == 64.0 * 48 * 48);
   CHECK(preconditioner_cost<OrScale<float>::PreconditionerType>(10, 300) == 10.0 * 300 * 10);
   CHECK(preconditioner_cost<RowNormalize>(64, 48) == 64.0 * 48);
+  CHECK(preconditioner_cost<NorMuon<float>::PreconditionerType>(64, 48) == 64.0 * 48 * 48);
+  CHECK(preconditioner_cost<PolarGrad<float>::PreconditionerType>(10, 300) == 10.0 * 300 * 10);
+  CHECK(preconditioner_cost<Dion<float>::PreconditionerType>(64, 48) == 64.0 * 48 * 48);
+  CHECK(preconditioner_cost<SecondMoment<RowNormalize, moments::AdaMuon>>(64, 48) == 64.0 * 48);
   CHECK_THROWS_WITH_AS(ShardPlan::greedy({1}, 0), doctest::Contains("at least one rank"), std::invalid_argument);
 }
 

@@ -53,24 +53,28 @@ TEST_CASE("thrust backend: a non-owning view of a framework's buffer, and a work
   CHECK(rel_error(matopt::to_host(w), hw) <= 1e-6);
 }
 
-TEST_CASE("thrust backend: host-only options (cautious decay, ns_aol, heads) are refused, nothing written") {
-  using Opt = matopt::Muon<float>;
+TEST_CASE("thrust backend: row blocks that do not fit, or a second moment sized for other heads, are refused") {
+  using Opt = matopt::NorMuon<float>;
   thrust::device_vector<float> wbuf(6 * 4, 0.5f), gbuf(6 * 4, 1.0f);
   const matopt::DeviceMatrixView<float> w{thrust::raw_pointer_cast(wbuf.data()), 6, 4, Layout::RowMajor};
   const matopt::DeviceMatrixView<const float> gv{thrust::raw_pointer_cast(gbuf.data()), 6, 4, Layout::RowMajor};
-  Opt::Options cautious;
-  cautious.scaling.weight_decay_method = matopt::WeightDecay::Cautious;
-  CHECK_THROWS_WITH_AS((matopt::DeviceOptimizer<Opt, matopt::ThrustEngine>(cautious)), doctest::Contains("cautious"),
-                       std::invalid_argument);
   matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev;
-  auto ds = dev.make_state(w);
-  dev.options().precondition.schedule.aol = true;
-  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains("ns_aol"), std::invalid_argument);
-  dev.options().precondition.schedule.aol = false;
   dev.options().precondition.heads = 2;
-  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains("heads"), std::invalid_argument);
+  auto ds = dev.make_state(w);
+  CHECK(ds.precondition.second_moment.size() == 2 * 4);  // max(3 rows, 4 cols) per head, in host memory
+  dev.options().precondition.heads = 4;
+  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains("heads = 4 does not divide the rows of W (6x4)"),
+                       std::invalid_argument);
+  dev.options().precondition.heads = 3;
+  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains("changed since make_state"), std::invalid_argument);
+  matopt::DeviceOptimizer<matopt::OrScale<float>, matopt::ThrustEngine> orscale;
+  auto os = orscale.make_state(w);
+  orscale.options().precondition.heads = 2;
+  CHECK_THROWS_WITH_AS(orscale.step(w, gv, os), doctest::Contains("scaling without per-parameter state"),
+                       std::invalid_argument);
   CHECK(matopt::to_host(w) == HostMat<float, Eigen::ColMajor>::Constant(6, 4, 0.5f));
   CHECK(ds.steps == 0);
+  CHECK(os.steps == 0);
 }
 
 TEST_CASE_TEMPLATE("thrust backend: diagonal dominance of a device matrix equals the host's", T, float, double) {

@@ -38,4 +38,14 @@ template class DeviceOptimizer<Optimizer<float, Adaptive<ColNormalize, Orthogona
                                Engine>;
 template class DeviceOptimizer<Optimizer<float, Identity, Momentum<Ema, Nesterov>, Static<shape::Unit>>, Engine>;
 template class DeviceOptimizer<Optimizer<float, Sign, Momentum<Sum, Plain>, Static<shape::Unit>>, Engine>;
+// The peers' variants (issue 20): the second moments' kernels (row squared norms, AdaMuon's element-wise moment),
+// PolarGrad's dot product on the host SVD, Turbo-Muon's AOL (plain and, through orthogonalize_batched, batched),
+// row blocks and the cautious update.
+template class DeviceOptimizer<NorMuon<float>, Engine>;
+template class DeviceOptimizer<AdaMuon<float>, Engine>;
+template class DeviceOptimizer<NAMO<float>, Engine>;
+template class DeviceOptimizer<PolarGrad<float>, Engine>;
+template class DeviceOptimizer<TurboMuon<float>, Engine>;
+template void cuda::orthogonalize_batched<NewtonSchulz<schedules::Turbo>, float>(
+    Engine&, const float*, float*, Index, Index, Index, const NewtonSchulz<schedules::Turbo>::Options&, Layout);
 }  // namespace matopt

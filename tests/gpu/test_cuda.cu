@@ -6,7 +6,9 @@
 //   empty, and shapes that take each row-kernel path: warp, block and long rows, two-pass along and across),
 //   through tests/device_compare.hpp (W, the update, the policies' states, the momentum); extreme magnitudes;
 //   non-finite gradient policies; bad input leaves W unchanged; and (tests/device_cases.hpp) ExactPolar,
-//   checkpoints moved between host and device, spectral diagnostics of device matrices, telemetry;
+//   checkpoints moved between host and device, spectral diagnostics of device matrices, telemetry; the peers'
+//   variants against the PyTorch golden data (tests/device_variant_cases.hpp: NorMuon, AdaMuon, NAMO, PolarGrad,
+//   Turbo-Muon, row blocks, cautious decay);
 // - SpectralCap (the cap firing and not) and Adaptive (every = 1, 2; a switch to Exact) against the host;
 // - Newton–Schulz in FP32, TF32 and BF16 against the host NS in double, per-precision tolerances;
 // - orthogonalize_batched against a loop of single orthogonalize calls;
@@ -121,6 +123,7 @@ struct Backend {
 // would double the host instantiations, the bulk of this file's compile time.
 #define MATOPT_COMPOSITION_TYPES float
 #include "device_step_cases.hpp"
+#include "device_variant_cases.hpp"
 
 using matopt::test::cases::compare_all_shapes;
 

@@ -7,10 +7,18 @@
 // (backend/thrust.hpp) or the CUDA engine (backend/cuda/engine.cuh). Options, defaults and validation are
 // the host optimizer's; bad input throws std::invalid_argument before anything is written, as on the host.
 //
-// Policies on device: momentum Ema / Sum / NoMomentum; Orthogonalize<NewtonSchulz<...>> (plain and Gram),
-// Orthogonalize<ExactPolar>, RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact> (of those);
-// Static and TrustRatio scaling, and SpectralCap<Inner> around either. Any other policy is a compile-time
-// error (a static_assert names the device policies).
+// Policies on device: momentum Ema / Sum / NoMomentum; Orthogonalize<NewtonSchulz<...>> (plain and Gram, with
+// or without Turbo-Muon's AOL start), Orthogonalize<ExactPolar>, RowNormalize, ColNormalize, Identity, Sign,
+// Adaptive<Cheap, Exact> (of those), NuclearScaled<Inner> (PolarGrad) and SecondMoment<Inner, Moment> (NorMuon,
+// AdaMuon, NAMO) of those; per-head / split row blocks (heads, split_sizes, split_groups); Static scaling (every
+// weight-decay form, cautious included) and TrustRatio, and SpectralCap<Inner> around either. Any other policy is
+// a compile-time error (a static_assert names the device policies).
+//   SecondMoment: the moments' scalar rules are the host's (second_moment.hpp). NorMuon's S (one entry per row or
+//     column) and NAMO's (one scalar) stay in the host State: each step downloads the k squared line norms and
+//     uploads k factors (k = m or n). AdaMuon's S (m n entries) lives in device memory (State::moment) and is
+//     copied through host memory only by checkpoints.
+//   Row blocks: each block is formed, preconditioned and updated as a parameter of its own shape (as
+//     Optimizer::apply_blocks); a block of split_groups runs is formed run by run into the workspace.
 //   ExactPolar: the reference SVD runs on the host (the host policy itself, on a host copy of U: m n elements
 //     each way per step); neither device engine has an SVD.
 //   SpectralCap: the power iteration (SpectralCap::start / power_iteration), the cap rule (measures, caps)
@@ -24,12 +32,14 @@
 // allocates nothing on the device (Thrust's reductions may use a temporary buffer; the CUDA engine's do not).
 // The policies' states (SpectralCap's, Adaptive's, TrustRatio's) are their host State types, in host memory.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <thrust/copy.h>
 #include <thrust/device_vector.h>
@@ -48,8 +58,11 @@
 #include "matopt/precondition/fused_normalize.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/ns_algorithm.hpp"
+#include "matopt/precondition/nuclear_scaled.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
+#include "matopt/precondition/row_blocks.hpp"
 #include "matopt/precondition/row_normalize.hpp"
+#include "matopt/precondition/second_moment.hpp"
 #include "matopt/scaling/spectral_cap.hpp"
 #include "matopt/scaling/static.hpp"
 #include "matopt/scaling/trust_ratio.hpp"
@@ -87,6 +100,17 @@ template <class T>
 Strided<T> strided(DeviceMatrixView<T> v) {
   return strided(v.data, v.rows, v.cols, v.layout);
 }
+/// Rows [first, first + rows) of x (a view of the same memory).
+template <class T>
+Strided<T> rows_of(Strided<T> x, Index first, Index rows) {
+  return {x.data + first * x.rs, rows, x.cols, x.rs, x.cs};
+}
+/// A matrix at data laid out as the dense x (x spans exactly its rows * cols elements from x.data).
+template <class T>
+Strided<T> laid_out_as(T* data, const Strided<T>& x) {
+  MATOPT_ASSERT((x.rs == 1 && (x.cs == x.rows || x.cols <= 1)) || (x.cs == 1 && (x.rs == x.cols || x.rows <= 1)));
+  return {data, x.rows, x.cols, x.rs, x.cs};
+}
 template <class T>
 T* raw(thrust::device_vector<T>& v) {
   return thrust::raw_pointer_cast(v.data());
@@ -101,15 +125,17 @@ void grow(thrust::device_vector<T>& v, Index size) {
 template <class T>
 struct DeviceWorkspace {
   thrust::device_vector<T> u, x, y, a, b, q, t, scale, clean;
+  thrust::device_vector<T> u2;       ///< NuclearScaled, NAMO: U formed again after the inner preconditioner
   thrust::device_vector<T> gram;     ///< Adaptive: the k x k Gram of U
   thrust::device_vector<T> vectors;  ///< SpectralCap: u (m elements), then v (n)
   DiagonalDominanceWorkspace<T> dominance;  ///< Adaptive: host memory for the Gram's statistics (not in bytes())
   Buffer<T> host_u;                          ///< ExactPolar: U in host memory (not in bytes())
   ExactPolar::Workspace<T> polar;            ///< ExactPolar: the host SVD's buffers (not in bytes())
+  Buffer<T> host_lines;                      ///< NorMuon: the line statistics and factors (not in bytes())
   /// Device bytes.
   std::size_t bytes() const {
     return (u.size() + x.size() + y.size() + a.size() + b.size() + q.size() + t.size() + scale.size() +
-            clean.size() + gram.size() + vectors.size()) *
+            clean.size() + u2.size() + gram.size() + vectors.size()) *
            sizeof(T);
   }
 };
@@ -152,7 +178,8 @@ struct DevicePreconditioner {
   static_assert(host_only_policy_v<P>,
                 "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
                 "Orthogonalize<NewtonSchulz<...>>, Orthogonalize<ExactPolar>, RowNormalize, ColNormalize, "
-                "Identity, Sign, Adaptive<Cheap, Exact> of those)");
+                "Identity, Sign, Adaptive<Cheap, Exact>, NuclearScaled<Inner>, SecondMoment<Inner, NorMuon | "
+                "AdaMuon | Namo> of those)");
 };
 
 template <class Schedule, NsVariant V>
@@ -308,6 +335,137 @@ struct DevicePreconditioner<Adaptive<Cheap, Exact>> {
   }
 };
 
+/// NuclearScaled<Inner> (PolarGrad, nuclear_scaled.hpp): D = Inner(U), nu = sum(U . D), D' = nu D. U is formed
+/// again into ws.u2, laid out as D (which Inner returns dense), so nu is a plain dot product of m n elements.
+template <class Inner>
+struct DevicePreconditioner<NuclearScaled<Inner>> {
+  using Options = typename NuclearScaled<Inner>::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    DevicePreconditioner<Inner>::reserve(ws, o, m, n);
+    grow(ws.u2, m * n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
+                          FormU&& form_u) {
+    const Strided<T> d = DevicePreconditioner<Inner>::apply(e, ws, o, m, n, layout, form_u);
+    const Strided<T> u = laid_out_as(raw(ws.u2), d);
+    form_u(u);
+    e.scale(d, e.dot(static_cast<const T*>(u.data), static_cast<const T*>(d.data), m * n));
+    return d;
+  }
+};
+
+/// Where a SecondMoment's S lies for one parameter (or row block): host memory (NorMuon, NAMO) or device memory
+/// (AdaMuon); the other pointer is null.
+template <class T>
+struct MomentSlot {
+  T* host = nullptr;
+  T* device = nullptr;
+};
+
+/// How each second moment (second_moment.hpp) runs on a device engine: reserve(ws, m, n) and
+/// apply(engine, ws, options, d, slot, g_norm, layout, form_u), turning the inner preconditioner's D (a dense
+/// workspace view) into D' in place; g_norm() gives ||G||_F of the parameter (or block), form_u(target) U.
+template <class Moment>
+struct DeviceMoment;
+
+/// NorMuon: the k squared line norms on the device, S and the factors by the host's line_factors, k factors back.
+template <>
+struct DeviceMoment<moments::NorMuon> {
+  using M = moments::NorMuon;
+  static constexpr bool device_state = false;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, Index m, Index n) {
+    const Index k = m > n ? m : n;
+    grow(ws.scale, k);
+    ws.host_lines.reserve(k);
+  }
+  template <class T, class Engine, class GNorm, class FormU>
+  static void apply(Engine& e, DeviceWorkspace<T>& ws, const M::Options& o, Strided<T> d, MomentSlot<T> s, GNorm&&,
+                    Layout, FormU&&) {
+    const Strided<T> lines = M::per_row(o, d.rows, d.cols) ? d : d.t();
+    const Index k = lines.rows;
+    T* f = raw(ws.scale);
+    e.row_squared_norms(Strided<const T>(lines), f);
+    e.download(static_cast<const T*>(f), k, ws.host_lines.data());
+    M::line_factors(o, s.host, ws.host_lines.data(), k, lines.cols);
+    e.upload(static_cast<const T*>(ws.host_lines.data()), k, f);
+    e.scale_rows(lines, static_cast<const T*>(f));
+  }
+};
+
+/// AdaMuon: S (in W's storage order, device memory) and D / (sqrt(S) + eps) in one element-wise pass, then the
+/// host's rescale to the target RMS.
+template <>
+struct DeviceMoment<moments::AdaMuon> {
+  using M = moments::AdaMuon;
+  static constexpr bool device_state = true;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>&, Index, Index) {}
+  template <class T, class Engine, class GNorm, class FormU>
+  static void apply(Engine& e, DeviceWorkspace<T>&, const M::Options& o, Strided<T> d, MomentSlot<T> s, GNorm&&,
+                    Layout layout, FormU&&) {
+    e.moment_normalize(d, strided(s.device, d.rows, d.cols, layout), T(o.beta2), T(o.eps));
+    e.scale(d, M::rescale<T>(o, e.norm(Strided<const T>(d)), d.rows, d.cols));
+  }
+};
+
+/// NAMO: ||G||_F and ||U||_F (U formed again into ws.u2) on the device, S and the factor by the host's scale.
+template <>
+struct DeviceMoment<moments::Namo> {
+  using M = moments::Namo;
+  static constexpr bool device_state = false;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, Index m, Index n) {
+    grow(ws.u2, m * n);
+  }
+  template <class T, class Engine, class GNorm, class FormU>
+  static void apply(Engine& e, DeviceWorkspace<T>& ws, const M::Options& o, Strided<T> d, MomentSlot<T> s,
+                    GNorm&& g_norm, Layout, FormU&& form_u) {
+    const T g = g_norm();
+    const Strided<T> u = laid_out_as(raw(ws.u2), d);
+    form_u(u);
+    e.scale(d, M::scale(o, s.host, g, e.norm(Strided<const T>(u))));
+  }
+};
+
+/// SecondMoment<Inner, Moment> (second_moment.hpp): D = Inner(U) (Inner(sign U) for AdaMuon), then the moment.
+template <class Inner, class Moment>
+struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
+  using P = SecondMoment<Inner, Moment>;
+  using Options = typename P::Options;
+  static constexpr bool device_state = DeviceMoment<Moment>::device_state;
+  /// The host State's S: empty when S lives in device memory (filled only while a checkpoint is written or read).
+  template <class T>
+  static Eigen::Matrix<T, Eigen::Dynamic, 1>& host_state(typename P::template State<T>& s) {
+    return s.second_moment;
+  }
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    DevicePreconditioner<Inner>::reserve(ws, o, m, n);
+    DeviceMoment<Moment>::reserve(ws, m, n);
+  }
+  template <class T, class Engine, class GNorm, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, MomentSlot<T> s, GNorm&& g_norm,
+                          Index m, Index n, Layout layout, FormU&& form_u) {
+    const auto inner_u = [&](Strided<T> target) {
+      form_u(target);
+      if constexpr (Moment::sign_input) e.sign(target);
+    };
+    const typename Inner::Options& inner = o;
+    const Strided<T> d = DevicePreconditioner<Inner>::apply(e, ws, inner, m, n, layout, inner_u);
+    DeviceMoment<Moment>::apply(e, ws, o.moment, d, s, g_norm, layout, form_u);
+    return d;
+  }
+};
+
+template <class P, class = void>
+inline constexpr bool device_state_v = false;
+template <class P>
+inline constexpr bool device_state_v<P, std::void_t<decltype(DevicePreconditioner<P>::device_state)>> =
+    DevicePreconditioner<P>::device_state;
+
 /// How each scaling updates W on a device engine (d is a workspace view and may be overwritten):
 /// reserve(ws, options, m, n) and update(engine, ws, w, d, g, state, options, lr, lambda).
 template <class S>
@@ -317,43 +475,6 @@ struct DeviceScaling {
                 "TrustRatio, SpectralCap<Inner> of those)");
 };
 
-/// Scaling options the device engines cannot apply: cautious weight decay needs a masked update, which
-/// only the host has. Rejected before anything is written.
-template <class O, class = void>
-inline constexpr bool has_inner_options_v = false;
-template <class O>
-inline constexpr bool has_inner_options_v<O, std::void_t<decltype(std::declval<const O&>().inner)>> = true;
-template <class O>
-void require_device_scaling(const O& o, const char* where) {
-  if constexpr (std::is_base_of_v<StepRules, O>) {
-    if (o.cautious())
-      fail(where, "weight_decay_method = cautious runs on the host optimizers only (the device engines have no "
-                  "masked update)");
-  } else if constexpr (has_inner_options_v<O>) {
-    require_device_scaling(o.inner, where);
-  }
-}
-
-/// Turbo-Muon's AOL scaling (NsSchedule::aol) has no device kernel yet: refused before anything is written.
-template <class O, class = void>
-inline constexpr bool has_ns_schedule_v = false;
-template <class O>
-inline constexpr bool has_ns_schedule_v<O, std::void_t<decltype(std::declval<const O&>().schedule.aol)>> = true;
-template <class O, class = void>
-inline constexpr bool has_exact_options_v = false;
-template <class O>
-inline constexpr bool has_exact_options_v<O, std::void_t<decltype(std::declval<const O&>().exact)>> = true;
-template <class O>
-void require_device_preconditioner(const O& o, const char* where) {
-  if constexpr (has_ns_schedule_v<O>) {
-    if (o.schedule.aol) fail(where, "ns_aol (Turbo-Muon's AOL scaling) runs on the host optimizers only");
-  }
-  if constexpr (std::is_base_of_v<RowBlocks, O>) {
-    if (o.blocked()) fail(where, "heads / split_sizes (row-block orthogonalization) run on the host optimizers only");
-  }
-  if constexpr (has_exact_options_v<O>) require_device_preconditioner(o.exact, where);  // Adaptive's exact policy
-}
-
 template <class Rule>
 struct DeviceScaling<Static<Rule>> {
   using S = Static<Rule>;
@@ -362,8 +483,15 @@ struct DeviceScaling<Static<Rule>> {
   template <class T, class Engine>
   static void update(Engine& e, DeviceWorkspace<T>&, Strided<T> w, Strided<T> d, Strided<const T>,
                      typename S::template State<T>&, const typename S::Options& o, T lr, T lambda) {
-    const auto k = S::coefficients(o, lr, lambda, w.rows, w.cols);  // W <- (1 - lr lambda) W - lr s D
-    e.update(w, k.keep, k.step, Strided<const T>(d));
+    static_update(e, w, d, S::coefficients(o, lr, lambda, w.rows, w.cols));
+  }
+  /// W <- keep W - step D, or its cautious form (the decay only where W . D >= 0).
+  template <class T, class Engine>
+  static void static_update(Engine& e, Strided<T> w, Strided<T> d, const typename S::template Coefficients<T>& k) {
+    if (k.cautious)
+      e.cautious_update(w, k.keep, k.step, Strided<const T>(d));
+    else
+      e.update(w, k.keep, k.step, Strided<const T>(d));
   }
 };
 
@@ -470,29 +598,53 @@ class DeviceOptimizer {
     std::int64_t skipped = 0;
     std::int64_t zeroed = 0;
     thrust::device_vector<T> momentum;
+    /// The preconditioner's state where it lives in device memory (AdaMuon's S, in W's storage order); else empty.
+    thrust::device_vector<T> moment;
     detail::policy_state_t<PreconditionerType, T> precondition{};
     typename ScalingType::template State<T> scaling{};
-    /// Device bytes (the momentum buffer).
-    std::size_t bytes() const { return momentum.size() * sizeof(T); }
+    /// Device bytes (the momentum buffer and a device-resident preconditioner state).
+    std::size_t bytes() const { return (momentum.size() + moment.size()) * sizeof(T); }
 
     /// Checkpoints (serialization/checkpoint.hpp): the host State's fields, in its order and format, with the
     /// momentum copied through host memory. So a file saved from the device loads into the host optimizer for
     /// a W of the same shape and layout, and the other way round.
     template <class Writer>
     void write(Writer& w) const {
+      State& self = const_cast<State&>(*this);
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
       detail::device_synchronize();  // after the steps queued on the engine's stream
       thrust::copy(momentum.begin(), momentum.end(), m.data());
-      detail::optimizer_state_fields(const_cast<State&>(*this), m,
-                                     [&](const char* name, auto& v) { w.field(name, v); });
+      self.staged([&](auto& host) {  // a device-resident preconditioner state, in its host field while written
+        thrust::copy(moment.begin(), moment.end(), host.data());
+      });
+      detail::optimizer_state_fields(self, m, [&](const char* name, auto& v) { w.field(name, v); });
+      self.unstage();
     }
     /// Restores in place (the checkpoint loader reads into a copy, so a failure leaves the live state alone).
     template <class Reader>
     void read(Reader& r) {
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
+      staged([](auto&) {});
       detail::optimizer_state_fields(*this, m, [&](const char* name, auto& v) { r.field(name, v); });
       detail::device_synchronize();  // no step queued on the engine's stream still reads the old momentum
       thrust::copy(m.data(), m.data() + m.size(), momentum.begin());
+      staged([&](auto& host) { thrust::copy(host.data(), host.data() + host.size(), moment.begin()); });
+      unstage();
+    }
+
+   private:
+    /// f(host field) of a device-resident preconditioner state, sized to State::moment for a checkpoint; unstage()
+    /// empties it again. Nothing for other preconditioners.
+    template <class F>
+    void staged(F&& f) {
+      if constexpr (device_state) {
+        auto& host = Precondition::template host_state<T>(precondition);
+        host.resize(Index(moment.size()));
+        f(host);
+      }
+    }
+    void unstage() {
+      if constexpr (device_state) Precondition::template host_state<T>(precondition).resize(0);
     }
   };
 
@@ -500,8 +652,6 @@ class DeviceOptimizer {
   explicit DeviceOptimizer(const Options& options, Engine engine = Engine{})
       : options_(options), engine_(std::move(engine)) {
     Host::validate(options_, name());
-    detail::require_device_scaling(options_.scaling, name());
-    detail::require_device_preconditioner(options_.precondition, name());
   }
 
   static constexpr const char* name() { return Host::name(); }
@@ -522,7 +672,12 @@ class DeviceOptimizer {
     s.cols = w.cols;
     s.layout = w.layout;
     if constexpr (MomentumType::has_buffer) s.momentum.assign(std::size_t(w.size()), T(0));
-    detail::init_policy_state<PreconditionerType>(s.precondition, w.rows, w.cols);
+    detail::init_policy_state<PreconditionerType>(s.precondition, options_.precondition, w.rows, w.cols);
+    if constexpr (device_state) {  // S (zero) in device memory instead
+      auto& host = Precondition::template host_state<T>(s.precondition);
+      s.moment.assign(std::size_t(host.size()), T(0));
+      host.resize(0);
+    }
     detail::init_policy_state<ScalingType>(s.scaling, w.rows, w.cols);
     reserve(w.rows, w.cols);
     return s;
@@ -534,9 +689,9 @@ class DeviceOptimizer {
   void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) {
     constexpr const char* where = Host::name();
     Host::validate(options_, where);
-    detail::require_device_scaling(options_.scaling, where);
-    detail::require_device_preconditioner(options_.precondition, where);
     detail::check_device_step<T>(where, w, g, state);
+    detail::check_row_blocks<PreconditionerType, ScalingType, T>(options_.precondition, w.rows, w.cols, where);
+    check_policy_state(state, w.rows, w.cols, where);
     reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
     detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);
     if (!engine_.all_finite(gs)) {
@@ -566,9 +721,14 @@ class DeviceOptimizer {
   }
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) { step(w.view(), g.view(), state); }
 
-  /// lr * s(m, n) (Static) or lr * r * s with the last trust ratio (TrustRatio), as on the host.
+  /// lr * s(m, n) (Static) or lr * r * s with the last trust ratio (TrustRatio), as on the host (row blocks: the
+  /// first block's shape).
   T effective_lr(const State& s) const {
-    return ScalingType::effective_lr(options_.scaling, s.scaling, options_.lr, s.rows, s.cols);
+    Index rows = s.rows;
+    if constexpr (splits_rows)
+      if (options_.precondition.blocked() && options_.precondition.fits(s.rows))
+        rows = options_.precondition.first_rows(s.rows);
+    return ScalingType::effective_lr(options_.scaling, s.scaling, options_.lr, rows, s.cols);
   }
   /// Device bytes of the shared workspace (and of the telemetry copies, once a report has needed them).
   std::size_t workspace_bytes() const { return ws_.bytes() + (report_w_.size() + report_u_.size()) * sizeof(T); }
@@ -582,14 +742,34 @@ class DeviceOptimizer {
  private:
   using Precondition = detail::DevicePreconditioner<PreconditionerType>;
   using Scale = detail::DeviceScaling<ScalingType>;
+  static constexpr bool device_state = detail::device_state_v<PreconditionerType>;
+  /// Preconditioners that read the raw gradient (SecondMoment: NAMO's ||G||_F) and keep a moment.
+  static constexpr bool second_moment = detail::reads_gradient_v<PreconditionerType>;
+  /// Per-head / split row blocks (row_blocks.hpp), taken with a Static scaling only (check_row_blocks).
+  static constexpr bool splits_rows =
+      detail::splits_rows_v<PreconditionerType> && std::is_empty_v<typename ScalingType::template State<T>>;
 
   /// Row/ColNormalize with Static scaling: one pass per normalized vector (fused_normalize.hpp's step).
   static constexpr bool fused =
       MomentumType::has_buffer && detail::has_fused_step_v<ScalingType> &&
       (std::is_same_v<PreconditionerType, RowNormalize> || std::is_same_v<PreconditionerType, ColNormalize>);
 
+  /// The preconditioner's state must fit these options (SecondMoment: S sized for the row blocks of make_state).
+  void check_policy_state(const State& state, Index m, Index n, const char* where) const {
+    using S = detail::policy_state_t<PreconditionerType, T>;
+    if constexpr (device_state)
+      PreconditionerType::check_state_size(Index(state.moment.size()), options_.precondition, m, n, where);
+    else if constexpr (detail::has_check_state_v<PreconditionerType, S, typename PreconditionerType::Options>)
+      PreconditionerType::check_state(state.precondition, options_.precondition, m, n, where);
+  }
+
   void reserve(Index m, Index n) {
     Precondition::reserve(ws_, options_.precondition, m, n);
+    if constexpr (splits_rows) {
+      const RowBlocks& b = options_.precondition;
+      if (b.blocked() && b.fits(m))
+        b.for_each(m, [&](const RowSet& r) { Precondition::reserve(ws_, options_.precondition, r.size(), n); });
+    }
     Scale::reserve(ws_, options_.scaling, m, n);
     if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(m, n);
     if (options_.non_finite == NonFinite::Zero) detail::grow(ws_.clean, m * n);
@@ -639,12 +819,20 @@ class DeviceOptimizer {
         detail::strided(MomentumType::has_buffer ? detail::raw(state.momentum) : nullptr, m, n, state.layout);
     if constexpr (fused) {
       const auto k = ScalingType::coefficients(options_.scaling, lr, lambda, m, n);
-      const detail::FusedStep<T> f{c, T(options_.precondition.eps), k.keep, k.step};
-      if constexpr (std::is_same_v<PreconditionerType, RowNormalize>)
-        engine_.fused_normalize_rows(w, g, v, f);
-      else
-        engine_.fused_normalize_rows(w.t(), detail::Strided<const T>(g.t()), v.t(), f);
-      return;
+      if (!k.cautious) {  // the fused kernels have no masked decay: cautious takes the unfused step below
+        const detail::FusedStep<T> f{c, T(options_.precondition.eps), k.keep, k.step};
+        if constexpr (std::is_same_v<PreconditionerType, RowNormalize>)
+          engine_.fused_normalize_rows(w, g, v, f);
+        else
+          engine_.fused_normalize_rows(w.t(), detail::Strided<const T>(g.t()), v.t(), f);
+        return;
+      }
+    }
+    if constexpr (splits_rows) {
+      if (options_.precondition.blocked()) {
+        apply_blocks(w, g, v, state);
+        return;
+      }
     }
     auto form_u = [&](detail::Strided<T> target) {  // U = u_g G + u_v V
       if constexpr (MomentumType::has_buffer)
@@ -652,12 +840,63 @@ class DeviceOptimizer {
       else
         engine_.copy(g, target);
     };
-    detail::Strided<T> d;
-    if constexpr (detail::has_policy_state_v<PreconditionerType, T>)
-      d = Precondition::apply(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
-    else
-      d = Precondition::apply(engine_, ws_, options_.precondition, m, n, state.layout, form_u);
+    const detail::Strided<T> d = precondition(state, 0, m, n, form_u, [&] { return engine_.norm(g); });
     Scale::update(engine_, ws_, w, d, g, state.scaling, options_.scaling, lr, lambda);
+    if constexpr (MomentumType::has_buffer)
+      engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
+  }
+
+  /// D for an m x n parameter or row block whose U form_u writes; `offset`: the block's first entry of S.
+  template <class FormU, class GNorm>
+  detail::Strided<T> precondition(State& state, Index offset, Index m, Index n, FormU&& form_u, GNorm&& g_norm) {
+    if constexpr (second_moment) {
+      detail::MomentSlot<T> slot;
+      if constexpr (device_state) slot.device = detail::raw(state.moment) + offset;
+      else slot.host = state.precondition.second_moment.data() + offset;
+      return Precondition::apply(engine_, ws_, options_.precondition, slot, g_norm, m, n, state.layout, form_u);
+    } else if constexpr (detail::has_policy_state_v<PreconditionerType, T>) {
+      return Precondition::apply(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
+    } else {
+      return Precondition::apply(engine_, ws_, options_.precondition, m, n, state.layout, form_u);
+    }
+  }
+
+  /// apply() for row blocks (Optimizer::apply_blocks): each block (`groups` runs of rows) is formed run by run,
+  /// preconditioned on its share of S and updated with the Static coefficients of its own shape; the momentum
+  /// is updated once, after.
+  template <class Unused = void>
+  void apply_blocks(detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> v, State& state) {
+    const Index n = w.cols;
+    const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
+    const T lr = options_.lr, lambda = options_.weight_decay;
+    Index offset = 0;
+    options_.precondition.for_each(w.rows, [&](const RowSet& b) {
+      const Index mb = b.size();
+      const auto run = [&](auto x, Index k) { return detail::rows_of(x, b.first + k * b.stride, b.rows); };
+      auto form_u = [&](detail::Strided<T> target) {
+        for (Index k = 0; k < b.groups; ++k) {
+          const detail::Strided<T> t = detail::rows_of(target, k * b.rows, b.rows);
+          if constexpr (MomentumType::has_buffer)
+            engine_.combine(t, c.u_g, run(g, k), c.u_v, detail::Strided<const T>(run(v, k)));
+          else
+            engine_.copy(run(g, k), t);
+        }
+      };
+      auto g_norm = [&] {  // ||G_block||_F from the runs' norms (core/norms.hpp's rule: no overflow)
+        if (b.groups == 1) return engine_.norm(run(g, 0));
+        T a = T(0), sum = T(0);
+        std::vector<T> norms(std::size_t(b.groups));
+        for (Index k = 0; k < b.groups; ++k) a = std::max(a, norms[std::size_t(k)] = engine_.norm(run(g, k)));
+        if (!(a > T(0)) || !std::isfinite(a)) return a;
+        for (T x : norms) sum += (x / a) * (x / a);
+        return a * std::sqrt(sum);
+      };
+      const detail::Strided<T> d = precondition(state, offset, mb, n, form_u, g_norm);
+      if constexpr (second_moment) offset += PreconditionerType::block_state_size(mb, n);
+      const auto k = ScalingType::coefficients(options_.scaling, lr, lambda, mb, n);
+      for (Index r = 0; r < b.groups; ++r)
+        Scale::static_update(engine_, run(w, r), detail::rows_of(d, r * b.rows, b.rows), k);
+    });
     if constexpr (MomentumType::has_buffer)
       engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
   }

@@ -119,6 +119,32 @@ struct UpdateOp {  // w = keep w - step d
   }
 };
 template <class T>
+struct CautiousUpdateOp {  // w = (w d >= 0 ? keep w : w) - step d (cautious weight decay, scaling/static.hpp)
+  Strided<T> w;
+  Strided<const T> d;
+  T keep, step;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(w, k, i, j);
+    const T x = w(i, j), u = d(i, j);
+    w(i, j) = (x * u >= T(0) ? keep * x : x) - step * u;
+  }
+};
+template <class T>
+struct MomentNormalizeOp {  // s = b s + (1 - b) d^2, d = d / (sqrt(s) + eps) (AdaMuon, second_moment.hpp)
+  Strided<T> d, s;
+  T b, eps;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    using std::sqrt;
+    Index i, j;
+    element_of(d, k, i, j);
+    const T x = d(i, j);
+    const T v = b * s(i, j) + (T(1) - b) * (x * x);
+    s(i, j) = v;
+    d(i, j) = x / (sqrt(v) + eps);
+  }
+};
+template <class T>
 struct ScaleOp {
   Strided<T> x;
   T s;
@@ -187,6 +213,39 @@ struct InverseRowNormOp {  // inv[i] = 1 / max(||u_i||, eps)
   MATOPT_HOST_DEVICE void operator()(Index i) const {
     const T n = line_norm(&u(i, 0), u.cols, u.cs);
     inv[i] = T(1) / (n > eps ? n : eps);
+  }
+};
+template <class T>
+struct RowSquaredNormOp {  // out[i] = sum_j u(i, j)^2, in j order (NorMuon's line statistics)
+  Strided<const T> u;
+  T* out;
+  MATOPT_HOST_DEVICE void operator()(Index i) const {
+    T s = T(0);
+    for (Index j = 0; j < u.cols; ++j) s += u(i, j) * u(i, j);
+    out[i] = s;
+  }
+};
+template <class T>
+struct AolFactorOp {  // d[i] = 1 / sqrt(max(sum_j |a(i, j)|, eps)) (Turbo-Muon's AOL, schedule.hpp)
+  Strided<const T> a;
+  T* d;
+  T eps;
+  MATOPT_HOST_DEVICE void operator()(Index i) const {
+    using std::fabs;
+    using std::sqrt;
+    T s = T(0);
+    for (Index j = 0; j < a.cols; ++j) s += fabs(a(i, j));
+    d[i] = T(1) / sqrt(s > eps ? s : eps);
+  }
+};
+template <class T>
+struct ScaleBothOp {  // a(i, j) = a(i, j) d[i] d[j]
+  Strided<T> a;
+  const T* d;
+  MATOPT_HOST_DEVICE void operator()(Index k) const {
+    Index i, j;
+    element_of(a, k, i, j);
+    a(i, j) = a(i, j) * d[i] * d[j];
   }
 };
 template <class T>
@@ -351,6 +410,16 @@ struct ThrustEngine {
   void scale(detail::Strided<T> x, T s) {
     each(x.size(), detail::ScaleOp<T>{x, s});
   }
+  /// w = keep w - step d where w d >= 0, w - step d elsewhere (cautious weight decay).
+  template <class T>
+  void cautious_update(detail::Strided<T> w, T keep, T step, detail::Strided<const T> d) {
+    each(w.size(), detail::CautiousUpdateOp<T>{w, d, keep, step});
+  }
+  /// s = b s + (1 - b) d^2, then d = d / (sqrt(s) + eps), element-wise (s and d of one shape, any strides).
+  template <class T>
+  void moment_normalize(detail::Strided<T> d, detail::Strided<T> s, T b, T eps) {
+    each(d.size(), detail::MomentNormalizeOp<T>{d, s, b, eps});
+  }
   template <class T>
   void clean(detail::Strided<T> out, detail::Strided<const T> g) {
     each(out.size(), detail::CleanOp<T>{out, g});
@@ -395,6 +464,11 @@ struct ThrustEngine {
   void scale_rows(detail::Strided<T> x, const T* s) {
     each(x.size(), detail::ScaleRowsOp<T>{x, s});
   }
+  /// out[i] = ||u_i||^2, the plain sum of squares of each row (columns: pass u.t()).
+  template <class T>
+  void row_squared_norms(detail::Strided<const T> u, T* out) {
+    each(u.rows, detail::RowSquaredNormOp<T>{u, out});
+  }
   /// A whole RowNormalize + Static step, one row per work item (ColNormalize: pass transposes).
   template <class T>
   void fused_normalize_rows(detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> v,
@@ -427,6 +501,16 @@ struct ThrustEngine {
   template <class T>
   void add_diagonal(detail::Strided<T>& c, T v) {
     each(c.rows, detail::AddDiagonalOp<T>{c, v});
+  }
+  /// Turbo-Muon's AOL scaling (schedule.hpp): d = 1 / sqrt(max(row sums of |A|, eps)) into scratch's first
+  /// column, then X <- diag(d) X and A <- diag(d) A diag(d).
+  static constexpr bool has_aol = true;
+  template <class T>
+  void aol_scale(detail::Strided<T>& x, detail::Strided<T>& a, detail::Strided<T>& scratch, T eps) {
+    T* d = scratch.data;
+    each(a.rows, detail::AolFactorOp<T>{a, d, eps});
+    scale_rows(x, static_cast<const T*>(d));
+    each(a.size(), detail::ScaleBothOp<T>{a, d});
   }
   template <class T>
   void copy(const detail::Strided<T>& src, detail::Strided<T>& dst) {

@@ -35,6 +35,24 @@
 namespace matopt {
 
 namespace detail {
+/// Per-head / split orthogonalization (precondition/row_blocks.hpp), checked before a step writes anything: the
+/// rows must split as asked, and only a preconditioner that steps row blocks (Orthogonalize, SecondMoment of it)
+/// with a scaling that keeps no state takes it. Host and device optimizers.
+template <class Preconditioner, class Scaling, class T, class Options>
+void check_row_blocks(const Options& o, Index m, Index n, const char* where) {
+  if constexpr (std::is_base_of_v<RowBlocks, Options>) {
+    const RowBlocks& b = o;
+    if (!b.blocked()) return;
+    if constexpr (!splits_rows_v<Preconditioner>)
+      fail(where, "heads / split_sizes: ", policy_identity<Preconditioner>(),
+           " orthogonalizes the whole matrix (only Orthogonalize and SecondMoment step row blocks)");
+    if constexpr (!std::is_empty_v<typename Scaling::template State<T>>)
+      fail(where, "heads / split_sizes need a scaling without per-parameter state (", Scaling::name(),
+           " keeps one per matrix)");
+    b.check(m, n, where);
+  }
+}
+
 /// The fields of an Optimizer's per-parameter state, in checkpoint order (serialization/archive.hpp): f(name,
 /// field). `momentum` is the buffer as a host vector: the state's own, or DeviceOptimizer's host copy of its
 /// device buffer, so both write and read the same file.
@@ -269,22 +287,8 @@ class Optimizer {
     }
   }
 
-  /// Per-head / split orthogonalization (precondition/row_blocks.hpp): the rows must split as asked, and only
-  /// a preconditioner that steps row blocks (Orthogonalize, SecondMoment of it) with a scaling that keeps no
-  /// state takes it.
   void check_row_blocks(Index m, Index n) const {
-    constexpr const char* where = Defaults::name;
-    if constexpr (std::is_base_of_v<RowBlocks, typename Preconditioner::Options>) {
-      const RowBlocks& b = options_.precondition;
-      if (!b.blocked()) return;
-      if constexpr (!detail::splits_rows_v<Preconditioner>)
-        detail::fail(where, "heads / split_sizes: ", detail::policy_identity<Preconditioner>(),
-                     " orthogonalizes the whole matrix (only Orthogonalize and SecondMoment step row blocks)");
-      if constexpr (!std::is_empty_v<typename Scaling::template State<T>>)
-        detail::fail(where, "heads / split_sizes need a scaling without per-parameter state (", Scaling::name(),
-                     " keeps one per matrix)");
-      b.check(m, n, where);
-    }
+    detail::check_row_blocks<Preconditioner, Scaling, T>(options_.precondition, m, n, Defaults::name);
   }
 
   /// A checked step: skipped, taken on G with its non-finite entries zeroed, or taken; reporting to the

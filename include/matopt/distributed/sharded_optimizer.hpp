@@ -10,7 +10,8 @@
 //   3. the updated pieces are all-gathered (one MPI_Allgatherv over a packed buffer) into every replica.
 // Two ways to cut the state (ShardMode):
 //   Owner      each matrix whole on one owner rank, chosen by a deterministic greedy plan balancing the
-//              preconditioning cost (m n min(m,n) for Orthogonalize/ExactPolar/Adaptive, m n otherwise).
+//              preconditioning cost (m n min(m,n) for Orthogonalize/ExactPolar/Adaptive, the second moments and
+//              PolarGrad of those, and Dion; m n otherwise).
 //              Any optimizer (Muon, OrScale, RMNP, ...): the owner runs Opt's own (batched) step, so a
 //              matrix's update is exactly the single-process one. This is the owner-based distributed Muon
 //              (no extra gather of gradient shards, unlike Moonlight's, arXiv 2502.16982 §2.3).
@@ -64,6 +65,11 @@ struct Orthogonalize;
 struct ExactPolar;
 template <class Cheap, class Exact>
 struct Adaptive;
+template <class Inner, class Moment>
+struct SecondMoment;
+template <class Inner>
+struct NuclearScaled;
+struct DionPowerIteration;
 
 enum class ShardMode { Owner, RowSharded };
 enum class GradSync { ReduceScatter, AllReduce };
@@ -84,6 +90,12 @@ template <>
 inline constexpr bool cubic_preconditioner_v<ExactPolar> = true;
 template <class C, class E>
 inline constexpr bool cubic_preconditioner_v<Adaptive<C, E>> = true;  // its exact branch bounds the cost
+template <class I, class M>
+inline constexpr bool cubic_preconditioner_v<SecondMoment<I, M>> = cubic_preconditioner_v<I>;  // NorMuon, AdaMuon, NAMO
+template <class I>
+inline constexpr bool cubic_preconditioner_v<NuclearScaled<I>> = cubic_preconditioner_v<I>;  // PolarGrad
+template <>
+inline constexpr bool cubic_preconditioner_v<DionPowerIteration> = true;  // m n r, r <= min(m, n)
 }  // namespace detail
 
 /// The planner's cost of preconditioning an m x n matrix: m n min(m, n) for orthogonalization (the

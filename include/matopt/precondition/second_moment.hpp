@@ -72,15 +72,13 @@ struct NorMuon {
   static Index state_size(Index m, Index n) { return std::max(m, n); }
   static Index workspace_size(Index m, Index n) { return std::max(m, n); }
 
-  template <class T, class DExpr, class UExpr, class GMat, class Sink>
-  static void apply(const DExpr& d, const UExpr&, const GMat&, const Options& o, T* s_data, T* f_data, Sink&& sink) {
-    const Index m = d.rows(), n = d.cols();
-    const bool per_row = o.axis == Axis::Rows || m >= n;
-    const Index k = per_row ? m : n, len = per_row ? n : m;
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> s(s_data, k), f(f_data, k);
-    if (per_row) f = d.rowwise().squaredNorm();
-    else f = d.colwise().squaredNorm().transpose();
-    // f holds the squared norms of the k lines: S <- lerp(S, mean, 1 - beta2), then 1 / (sqrt(S) + eps).
+  /// Whether S runs over the rows of an m x n D (else over its columns).
+  static bool per_row(const Options& o, Index m, Index n) { return o.axis == Axis::Rows || m >= n; }
+  /// The k line factors from the lines' squared norms f (k lines of len elements), in place, with S updated:
+  /// S <- lerp(S, mean, 1 - beta2), f_i = 1 / (sqrt(S_i) + eps), then all f scaled so that D' keeps D's
+  /// Frobenius norm. The host step and the device engines' (backend/device_optimizer.hpp) share this rule.
+  template <class T>
+  static void line_factors(const Options& o, T* s, T* f, Index k, Index len) {
     const T w = T(1 - o.beta2), eps = T(o.eps);
     T d2 = 0, d2_new = 0;  // ||D||_F^2 and ||D'||_F^2 before the rescale
     for (Index i = 0; i < k; ++i) {
@@ -91,8 +89,20 @@ struct NorMuon {
       d2_new += inv * inv * sq;
       f[i] = inv;
     }
-    f *= std::sqrt(d2) / (std::sqrt(d2_new) + eps);  // D' keeps D's Frobenius norm
-    if (per_row) sink((d.array().colwise() * f.array()).matrix());
+    const T rescale = std::sqrt(d2) / (std::sqrt(d2_new) + eps);
+    for (Index i = 0; i < k; ++i) f[i] *= rescale;
+  }
+
+  template <class T, class DExpr, class UExpr, class GMat, class Sink>
+  static void apply(const DExpr& d, const UExpr&, const GMat&, const Options& o, T* s_data, T* f_data, Sink&& sink) {
+    const Index m = d.rows(), n = d.cols();
+    const bool rows = per_row(o, m, n);
+    const Index k = rows ? m : n;
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> f(f_data, k);
+    if (rows) f = d.rowwise().squaredNorm();
+    else f = d.colwise().squaredNorm().transpose();
+    line_factors(o, s_data, f_data, k, rows ? n : m);
+    if (rows) sink((d.array().colwise() * f.array()).matrix());
     else sink((d.array().rowwise() * f.transpose().array()).matrix());
   }
 };
@@ -124,8 +134,12 @@ struct AdaMuon {
     const T b = T(o.beta2), eps = T(o.eps);
     s = b * s + (T(1) - b) * d.cwiseAbs2();
     const auto normalized = d.array() / (s.array().sqrt() + eps);
-    const T k = T(o.rms * std::sqrt(double(m) * double(n))) / (std::sqrt(normalized.square().sum()) + eps);
-    sink((normalized * k).matrix());
+    sink((normalized * rescale<T>(o, std::sqrt(normalized.square().sum()), m, n)).matrix());
+  }
+  /// The factor that gives D' = D / (sqrt(S) + eps) (of Frobenius norm `norm`) the RMS o.rms.
+  template <class T>
+  static T rescale(const Options& o, T norm, Index m, Index n) {
+    return T(o.rms * std::sqrt(double(m) * double(n))) / (norm + T(o.eps));
   }
 };
 
@@ -141,10 +155,13 @@ struct Namo {
 
   template <class T, class DExpr, class UExpr, class GMat, class Sink>
   static void apply(const DExpr& d, const UExpr& u, const GMat& g, const Options& o, T* s, T*, Sink&& sink) {
-    const T g_norm = detail::robust_norm(g);
+    sink(d * scale(o, s, detail::robust_norm(g), detail::robust_norm(u)));
+  }
+  /// S <- lerp(S, ||G||_F^2, 1 - beta2) and the factor ||U||_F / (sqrt(S) + eps) (host and device steps).
+  template <class T>
+  static T scale(const Options& o, T* s, T g_norm, T u_norm) {
     *s += T(1 - o.beta2) * (g_norm * g_norm - *s);
-    const T alpha = detail::robust_norm(u) / (std::sqrt(*s) + T(o.eps));
-    sink(d * alpha);
+    return u_norm / (std::sqrt(*s) + T(o.eps));
   }
 };
 
@@ -202,12 +219,17 @@ struct SecondMoment {
   /// S must be the size these options give (heads / split sizes fixed at make_state), checked before a step.
   template <class T>
   static void check_state(const State<T>& s, const Options& o, Index m, Index n, std::string_view where) {
-    const Index want = state_size(o, m, n);
-    if (s.second_moment.size() != want)
-      detail::fail(where, "state's second moment has ", s.second_moment.size(), " entries but a ",
-                   detail::shape_string(m, n), " W with these options needs ", want,
-                   " (heads / split_sizes / split_groups changed since make_state)");
+    check_state_size(s.second_moment.size(), o, m, n, where);
   }
+  /// The same for an S of `size` entries held elsewhere (a device optimizer's device memory).
+  static void check_state_size(Index size, const Options& o, Index m, Index n, std::string_view where) {
+    const Index want = state_size(o, m, n);
+    if (size != want)
+      detail::fail(where, "state's second moment has ", size, " entries but a ", detail::shape_string(m, n),
+                   " W with these options needs ", want, " (heads / split_sizes / split_groups changed since make_state)");
+  }
+  /// Entries of S for one block of `rows` rows (the blocks' states lie one after another, in block order).
+  static Index block_state_size(Index rows, Index n) { return Moment::state_size(rows, n); }
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Inner::reserve(ws, o, m, n);

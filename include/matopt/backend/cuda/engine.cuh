@@ -254,6 +254,20 @@ class Engine {
     check_float<T>();
     detail::launch_elements(detail::ScaleOp<T>{detail::mat(x), s}, detail::space_of(x), stream_);
   }
+  /// w = keep w - step d where w d >= 0, w - step d elsewhere (cautious weight decay).
+  template <class T>
+  void cautious_update(Strided<T> w, T keep, T step, Strided<const T> d) {
+    check_float<T>();
+    detail::launch_elements(detail::CautiousUpdateOp<T>{detail::mat(w), detail::mat(d), keep, step},
+                            detail::space_of(w), stream_);
+  }
+  /// s = b s + (1 - b) d^2, then d = d / (sqrt(s) + eps), element-wise (AdaMuon's second moment).
+  template <class T>
+  void moment_normalize(Strided<T> d, Strided<T> s, T b, T eps) {
+    check_float<T>();
+    detail::launch_elements(detail::MomentNormalizeOp<T>{detail::mat(d), detail::mat(s), b, eps}, detail::space_of(d),
+                            stream_);
+  }
   /// out = finite(g) ? g : 0
   template <class T>
   void clean(Strided<T> out, Strided<const T> g) {
@@ -336,6 +350,14 @@ class Engine {
   void scale_rows(Strided<T> x, const T* s) {
     check_float<T>();
     detail::launch_elements(detail::ScaleRowsOp<T>{detail::mat(x), s}, detail::space_of(x), stream_);
+  }
+  /// out[i] = ||u_i||^2, the sum of squares of each row (columns: pass u.t()); NorMuon's line statistics.
+  template <class T>
+  void row_squared_norms(Strided<const T> u, T* out) {
+    check_float<T>();
+    const bool contiguous = detail::row_contiguous(u);
+    require(row_partials_, scalar_bytes(u.rows * detail::row_chunks(u.rows, u.cols, contiguous)), "row_squared_norms");
+    detail::launch_row_squared_norms(u, contiguous, row_partials_.as<T>(), out, stream_);
   }
   /// A whole RowNormalize + Static step (ColNormalize: pass transposes): one pass reading G, V, W and
   /// writing W, V when rows are contiguous; otherwise two passes (sums of squares over column chunks, then
@@ -456,6 +478,18 @@ class Engine {
   void copy(const Strided<T>& src, Strided<T>& dst) {
     copy(Strided<const T>(src), dst);
   }
+  /// Turbo-Muon's AOL scaling (schedule.hpp; precondition/ns_algorithm.hpp): d = 1 / sqrt(max(row sums of |A|,
+  /// eps)) into scratch's first column, then X <- diag(d) X and A <- diag(d) A diag(d). A is symmetric (mirrored).
+  static constexpr bool has_aol = true;
+  template <class T>
+  void aol_scale(Strided<T>& x, Strided<T>& a, Strided<T>& scratch, T eps) {
+    aol(x, a, scratch.data, 1, 0, 0, 0, eps);
+  }
+  template <class T>
+  void aol_scale(Batched<T>& x, Batched<T>& a, Batched<T>& scratch, const BatchScalar<T>& eps) {
+    aol(x.matrix(), a.matrix(), scratch.data, x.count, x.stride, a.stride, scratch.stride, eps.constant("aol_scale"));
+  }
+
   /// lower(C) <- A A^T in T's own precision (cublas<t>syrk under CUBLAS_DEFAULT_MATH, never TF32 or BF16): the
   /// Gram of diagnostics and of Adaptive (spec §6 asks for at least fp32). C column-major.
   template <class T>
@@ -665,6 +699,23 @@ class Engine {
   }
 
  private:
+  /// aol_scale for `count` matrices: X_b at x + b * x_stride, A_b (r x r) at a + b * a_stride, d_b at d + b * d_stride.
+  template <class T>
+  void aol(Strided<T> x, Strided<T> a, T* d, Index count, Index x_stride, Index a_stride, Index d_stride, T eps) {
+    check_float<T>();
+    const Index r = a.rows;
+    if (r <= 0 || count <= 0) return;
+    detail::aol_factors<T><<<dim3(unsigned(detail::index_min(detail::ceil_div(r, detail::kBlock), 1 << 20)),
+                                  unsigned(detail::index_min(count, detail::kMaxGridY))),
+                             detail::kBlock, 0, stream_>>>(a.data, r, a_stride, count, eps, d, d_stride);
+    MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::aol_factors");
+    const T* dc = d;
+    detail::launch_elements(detail::BatchScaleRowsOp<T>{detail::mat(x, x_stride), dc, d_stride},
+                            detail::space_of(x, count), stream_);
+    detail::launch_elements(detail::ScaleBothOp<T>{detail::mat(a, a_stride), dc, d_stride}, detail::space_of(a, count),
+                            stream_);
+  }
+
   template <class T>
   static void check_float() {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,

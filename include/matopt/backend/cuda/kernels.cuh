@@ -212,6 +212,44 @@ struct SignOp {
   }
 };
 template <class T>
+struct CautiousUpdateOp {  // w = (w d >= 0 ? keep w : w) - step d (cautious weight decay, scaling/static.hpp)
+  Mat<T> w;
+  Mat<const T> d;
+  T keep, step;
+  __device__ void operator()(Index i, Index j, Index b) const {
+    const T x = w(i, j, b), u = d(i, j, b);
+    w(i, j, b) = (x * u >= T(0) ? keep * x : x) - step * u;
+  }
+};
+template <class T>
+struct MomentNormalizeOp {  // s = b s + (1 - b) d^2, d = d / (sqrt(s) + eps) (AdaMuon, second_moment.hpp)
+  Mat<T> d, s;
+  T beta, eps;
+  __device__ void operator()(Index i, Index j, Index b) const {
+    const T x = d(i, j, b);
+    const T v = beta * s(i, j, b) + (T(1) - beta) * (x * x);
+    s(i, j, b) = v;
+    d(i, j, b) = x / (sqrt(v) + eps);
+  }
+};
+template <class T>
+struct ScaleBothOp {  // a(i, j) = a(i, j) d[i] d[j], d of matrix b at d + b * stride (Turbo-Muon's AOL)
+  Mat<T> a;
+  const T* d;
+  Index stride;
+  __device__ void operator()(Index i, Index j, Index b) const {
+    const T* db = d + b * stride;
+    a(i, j, b) = a(i, j, b) * db[i] * db[j];
+  }
+};
+template <class T>
+struct BatchScaleRowsOp {  // x(i, j) *= s[i] of matrix b at s + b * stride
+  Mat<T> x;
+  const T* s;
+  Index stride;
+  __device__ void operator()(Index i, Index j, Index b) const { x(i, j, b) *= s[b * stride + i]; }
+};
+template <class T>
 struct ScaleRowsOp {  // x(i, j) *= s[i]
   Mat<T> x;
   const T* s;
@@ -719,6 +757,56 @@ void launch_row_scales(const Src& src, Index rows, Index cols, bool contiguous, 
   row_finish<T><<<unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), kBlock, 0, stream>>>(
       src, rows, cols, chunks, partial, numerator, eps, out);
   MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_finish");
+}
+
+/// out[i] = the sum of row i's partials (the two-pass scheme's pass 1): ||U_i||^2, in chunk order.
+template <class T>
+__global__ void __launch_bounds__(kBlock) row_sums_finish(Index rows, Index chunks, const T* partial, T* out) {
+  for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += Index(gridDim.x) * blockDim.x) {
+    T s = T(0);
+    for (Index c = 0; c < chunks; ++c) s += partial[c * rows + i];
+    out[i] = s;
+  }
+}
+
+/// out[i] = ||u_i||^2 (NorMuon's line statistics): pass 1 of the row scheme, then the chunk sums.
+template <class T>
+void launch_row_squared_norms(Strided<const T> u, bool contiguous, T* partial, T* out, cudaStream_t stream) {
+  const Index rows = u.rows, cols = u.cols;
+  if (rows <= 0) return;
+  const Index chunks = row_chunks(rows, cols, contiguous);
+  if (cols <= 0) {
+    MATOPT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(T) * std::size_t(rows), stream));
+    return;
+  }
+  if (contiguous) {
+    row_partials_along<T><<<dim3(unsigned(chunks), unsigned(index_min(rows, kMaxGridY))), kBlock, 0, stream>>>(
+        PlainRows<T>{u}, rows, cols, chunks, partial);
+    MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_along");
+  } else {
+    row_partials_across<T>
+        <<<dim3(unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), unsigned(index_min(chunks, kMaxGridY))), kBlock, 0,
+           stream>>>(PlainRows<T>{u}, rows, cols, chunks, partial);
+    MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_across");
+  }
+  row_sums_finish<T><<<unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), kBlock, 0, stream>>>(rows, chunks, partial,
+                                                                                                 out);
+  MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_sums_finish");
+}
+
+/// Turbo-Muon's AOL factors (schedule.hpp) of each column-major r x r A of a batch (matrix b at a + b * stride):
+/// d_b[i] = 1 / sqrt(max(sum_j |A_b(i, j)|, eps)), written to d + b * d_stride. A thread per row, reading
+/// down the columns (coalesced over the rows); r^2 reads once per orthogonalization.
+template <class T>
+__global__ void __launch_bounds__(kBlock)
+    aol_factors(const T* a, Index r, Index stride, Index count, T eps, T* d, Index d_stride) {
+  for (Index b = blockIdx.y; b < count; b += gridDim.y)
+    for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < r; i += Index(gridDim.x) * blockDim.x) {
+      const T* ab = a + b * stride;
+      T s = T(0);
+      for (Index j = 0; j < r; ++j) s += fabs(ab[i + j * r]);
+      d[b * d_stride + i] = T(1) / sqrt(s > eps ? s : eps);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------

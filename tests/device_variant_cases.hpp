@@ -1,0 +1,243 @@
+#pragma once
+// The peers' variants on a device engine (issue 20): NorMuon (both axes), AdaMuon, NAMO, PolarGrad, Turbo-Muon
+// (plain and Gram NS), per-head and split row blocks (Megatron's interleaved QKV included), per-head second
+// moments, cautious and lr-independent weight decay and the lr rules, against the golden data that
+// tests/test_variants.cpp checks the host with (scripts/make_golden_variants.py, PyTorch float64, no matopt
+// code): W after each of three steps within 1e-5 (float) / 1e-10 (double) relative Frobenius error, both
+// storage orders, a tall (20 x 12) and a wide (12 x 28) shape. Then a checkpoint of AdaMuon's device-resident
+// second moment loaded into the host optimizer (and back), and zero gradients on zero weights.
+// The including file defines MATOPT_BACKEND and matopt::test::Backend (tests/device_cases.hpp).
+
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <matopt/matopt.hpp>
+#include <matopt/serialization/checkpoint.hpp>
+
+#include "test_support.hpp"
+
+namespace matopt::test::variant_cases {
+
+template <class T>
+constexpr double tol() {
+  return std::is_same_v<T, float> ? 1e-5 : 1e-10;
+}
+
+/// Opt on the backend over the golden gradients of `shape`, W in `layout`; W after each step against
+/// `<shape>/<name>/W<k>`.
+template <class Opt>
+void check(const typename Opt::Options& options, const std::string& shape, const std::string& name, Layout layout) {
+  using T = typename Opt::Scalar;
+  const Golden& gold = Golden::variants();
+  const Eigen::MatrixXd w0 = gold[shape + "/W0"];
+  auto opt = Backend::template optimizer<Opt>(options);
+  DeviceMatrix<T> w(w0.rows(), w0.cols(), layout), g(w0.rows(), w0.cols(), layout);
+  w.assign(w0.cast<T>());
+  auto state = opt.make_state(w);
+  for (int k = 1; k <= 3; ++k) {
+    g.assign(gold[shape + "/G" + std::to_string(k)].cast<T>());
+    Backend::before_step(opt);
+    opt.step(w, g, state);
+    const Eigen::MatrixXd want = gold[shape + "/" + name + "/W" + std::to_string(k)];
+    const Eigen::MatrixXd got = to_host(w).template cast<double>();
+    CAPTURE(k);
+    CHECK(rel_error(got, want) <= tol<T>());
+    CHECK(rel_error((got - w0).eval(), (want - w0).eval()) <= 100 * tol<T>());
+  }
+}
+
+/// Both shapes and both storage orders; `configure(options, tall)` sets the golden run's hyperparameters.
+template <class Opt, class Configure>
+void check_variant(const std::string& name, Configure configure) {
+  for (const std::string shape : {"tall", "wide"}) {
+    typename Opt::Options o;
+    configure(o, shape == "tall");
+    for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+      CAPTURE(shape);
+      CAPTURE(matopt::detail::layout_name(layout));
+      check<Opt>(o, shape, name, layout);
+    }
+  }
+}
+
+/// The golden runs' lr and weight decay.
+template <class O>
+void lr_wd(O& o, double lr, double wd) {
+  using S = decltype(o.lr);
+  o.lr = S(lr);
+  o.weight_decay = S(wd);
+}
+
+}  // namespace matopt::test::variant_cases
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": second moments (NorMuon, AdaMuon, NAMO) equal the golden data", T, float,
+                   double) {
+  using namespace matopt;
+  using test::variant_cases::check_variant;
+  using test::variant_cases::lr_wd;
+  SUBCASE("NorMuon") { check_variant<NorMuon<T>>("normuon", [](auto& o, bool) { lr_wd(o, 0.02, 0.01); }); }
+  SUBCASE("NorMuon, longer-side axis") {
+    check_variant<NorMuon<T>>("normuon_longer", [](auto& o, bool) {
+      lr_wd(o, 0.02, 0.01);
+      o.precondition.moment.axis = moments::NorMuon::Axis::Longer;
+    });
+  }
+  SUBCASE("AdaMuon") { check_variant<AdaMuon<T>>("adamuon", [](auto& o, bool) { lr_wd(o, 0.02, 0.01); }); }
+  SUBCASE("NAMO") { check_variant<NAMO<T>>("namo", [](auto& o, bool) { lr_wd(o, 1e-3, 0.01); }); }
+  SUBCASE("per head: NorMuon (both axes), AdaMuon, NAMO") {
+    const auto heads = [](double lr) {
+      return [lr](auto& o, bool tall) {
+        lr_wd(o, lr, 0.01);
+        o.precondition.heads = tall ? 4 : 3;
+      };
+    };
+    check_variant<NorMuon<T>>("normuon_heads", heads(0.02));
+    check_variant<NorMuon<T>>("normuon_heads_longer", [&](auto& o, bool tall) {
+      heads(0.02)(o, tall);
+      o.precondition.moment.axis = moments::NorMuon::Axis::Longer;
+    });
+    check_variant<AdaMuon<T>>("adamuon_heads", heads(0.02));
+    check_variant<NAMO<T>>("namo_heads", heads(1e-3));
+  }
+}
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": PolarGrad, Turbo-Muon and row blocks equal the golden data", T, float, double) {
+  using namespace matopt;
+  using test::variant_cases::check_variant;
+  using test::variant_cases::lr_wd;
+  SUBCASE("PolarGrad (exact polar factor)") {
+    check_variant<PolarGrad<T>>("polargrad", [](auto& o, bool) { lr_wd(o, 0.02, 0.01); });
+  }
+  SUBCASE("Turbo-Muon: AOL and 4 steps, plain and Gram Newton-Schulz") {
+    check_variant<TurboMuon<T>>("turbo_muon", [](auto& o, bool) { lr_wd(o, 0.02, 0.01); });
+    check_variant<TurboMuon<T>>("turbo_muon", [](auto& o, bool) {
+      lr_wd(o, 0.02, 0.01);
+      o.precondition.variant = NsVariant::Gram;
+    });
+  }
+  SUBCASE("heads, split sizes, Megatron's interleaved QKV groups") {
+    check_variant<Muon<T>>("muon_heads", [](auto& o, bool tall) {
+      lr_wd(o, 0.02, 0.01);
+      o.precondition.heads = tall ? 4 : 3;
+    });
+    check_variant<Muon<T>>("muon_split", [](auto& o, bool tall) {
+      lr_wd(o, 0.02, 0.01);
+      o.precondition.split_sizes = tall ? std::vector<Index>{8, 6, 6} : std::vector<Index>{6, 3, 3};
+      o.scaling.lr_rule = LrRule::SqrtRatio;
+    });
+    check_variant<Muon<T>>("muon_qkv_groups", [](auto& o, bool tall) {
+      lr_wd(o, 0.02, 0.01);
+      o.precondition.split_sizes = tall ? std::vector<Index>{6, 2, 2} : std::vector<Index>{4, 1, 1};
+      o.precondition.split_groups = 2;
+    });
+  }
+}
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": cautious and lr-independent weight decay, lr rules equal the golden data", T,
+                   float, double) {
+  using namespace matopt;
+  using test::variant_cases::check_variant;
+  using test::variant_cases::lr_wd;
+  const auto cautious = [](auto& o, bool) {
+    lr_wd(o, 0.02, 0.1);
+    o.scaling.weight_decay_method = WeightDecay::Cautious;
+  };
+  SUBCASE("cautious on Muon") { check_variant<Muon<T>>("muon_cautious", cautious); }
+  SUBCASE("cautious on RMNP (the fused kernel has no mask: the unfused step)") {
+    check_variant<RMNP<T>>("rmnp_cautious", cautious);
+  }
+  SUBCASE("independent of lr; sqrt_max with an extra factor; sqrt_ratio") {
+    check_variant<Muon<T>>("muon_independent", [](auto& o, bool) {
+      lr_wd(o, 0.02, 0.001);
+      o.scaling.weight_decay_method = WeightDecay::Independent;
+    });
+    check_variant<Muon<T>>("muon_sqrt_max", [](auto& o, bool) {
+      lr_wd(o, 0.02, 0.01);
+      o.scaling.lr_rule = LrRule::SqrtMax;
+      o.scaling.extra_scale_factor = 0.2;
+    });
+    check_variant<RMNP<T>>("rmnp_sqrt_ratio", [](auto& o, bool) {
+      lr_wd(o, 0.02, 0.01);
+      o.scaling.lr_rule = LrRule::SqrtRatio;
+    });
+  }
+}
+
+TEST_CASE(MATOPT_BACKEND ": AdaMuon's device second moment moves through checkpoints to the host and back") {
+  using namespace matopt;
+  using Opt = AdaMuon<double>;
+  const test::Golden& gold = test::Golden::variants();
+  const Eigen::MatrixXd w0 = gold["tall/W0"];
+  Opt::Options o;
+  test::variant_cases::lr_wd(o, 0.02, 0.01);
+  o.precondition.heads = 4;
+  auto dev = test::Backend::optimizer<Opt>(o);
+  DeviceMatrix<double> w(w0.rows(), w0.cols(), Layout::ColMajor), g(w0.rows(), w0.cols(), Layout::ColMajor);
+  w.assign(w0);
+  std::vector<typename decltype(dev)::State> ds{dev.make_state(w)};
+  CHECK(ds[0].moment.size() == std::size_t(w0.size()));  // S in device memory, none in the host State
+  CHECK(ds[0].precondition.second_moment.size() == 0);
+  g.assign(gold["tall/G1"]);
+  test::Backend::before_step(dev);
+  dev.step(w, g, ds[0]);
+  // Step 2 on the host from the device's checkpoint: the golden W2.
+  Opt host(o);
+  Eigen::MatrixXd hw = to_host(w);
+  std::vector<Opt::State> hs{host.make_state(hw)};
+  std::stringstream file;
+  save_checkpoint(file, dev, ds);
+  CHECK(ds[0].precondition.second_moment.size() == 0);  // staged for the file only
+  load_checkpoint(file, host, hs);
+  CHECK(hs[0].steps == 1);
+  CHECK(hs[0].precondition.second_moment.size() == w0.size());
+  CHECK(hs[0].precondition.second_moment.minCoeff() >= 0.0);
+  CHECK(hs[0].precondition.second_moment.maxCoeff() > 0.0);
+  host.step(hw, Eigen::MatrixXd(gold["tall/G2"]), hs[0]);
+  CHECK(test::rel_error(hw, gold["tall/adamuon_heads/W2"]) <= 1e-10);
+  // Step 3 on the device from the host's checkpoint.
+  std::stringstream back;
+  save_checkpoint(back, host, hs);
+  w.assign(hw);
+  load_checkpoint(back, dev, ds);
+  CHECK(ds[0].steps == 2);
+  CHECK(ds[0].precondition.second_moment.size() == 0);
+  g.assign(gold["tall/G3"]);
+  test::Backend::before_step(dev);
+  dev.step(w, g, ds[0]);
+  CHECK(test::rel_error(to_host(w), gold["tall/adamuon_heads/W3"]) <= 1e-10);
+}
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": the variants on zero gradients and zero weights stay finite and zero", T, float,
+                   double) {
+  using namespace matopt;
+  // W = 0 and G = 0 for three steps: every direction is 0 (no 0/0, dion#24), so W stays exactly 0.
+  const auto zero_steps = [](auto opt_tag, Index m, Index n, auto configure) {
+    using Opt = decltype(opt_tag);
+    typename Opt::Options o;
+    configure(o);
+    auto dev = test::Backend::template optimizer<Opt>(o);
+    DeviceMatrix<T> w(m, n, Layout::RowMajor), g(m, n, Layout::RowMajor);
+    w.assign(Eigen::Matrix<T, -1, -1>::Zero(m, n));
+    g.assign(Eigen::Matrix<T, -1, -1>::Zero(m, n));
+    auto st = dev.make_state(w);
+    for (int k = 0; k < 3; ++k) dev.step(w, g, st);
+    CHECK(to_host(w).isZero(0));
+  };
+  const auto none = [](auto&) {};
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{6, 4}, {1, 5}, {5, 1}}) {
+    CAPTURE(shape.first);
+    CAPTURE(shape.second);
+    zero_steps(NorMuon<T>{}, shape.first, shape.second, none);
+    zero_steps(AdaMuon<T>{}, shape.first, shape.second, none);
+    zero_steps(NAMO<T>{}, shape.first, shape.second, none);
+    zero_steps(PolarGrad<T>{}, shape.first, shape.second, none);
+    zero_steps(TurboMuon<T>{}, shape.first, shape.second, none);
+    zero_steps(Muon<T>{}, shape.first, shape.second, [](auto& o) {
+      o.weight_decay = T(0.1);
+      o.scaling.weight_decay_method = WeightDecay::Cautious;
+    });
+  }
+}
