@@ -6,10 +6,12 @@
 //   BM_NS/<schedule>/m/n           Newton–Schulz alone (5 steps), naive FLOP/s (20 r^2 s + 10 r^3)
 //   BM_Step/<preset>/m/n           one full optimizer step (momentum, preconditioner, update)
 //   BM_StepBatch/<preset>/count/m/n  `count` same-shape matrices through the batched step
+//   BM_StepHeads/<preset>/heads/m/n  one step orthogonalized per head (heads blocks of m / heads rows)
 //   (presets: muon, moonlight_muon, orscale, rmnp, colnorm, normuon on row-major (muon and normuon also on the GPT
 //    example's 128 x 128, 512 x 128, 128 x 512); rmnp_colmajor, colnorm_colmajor;
 //    compositions muon_spectral_cap, rmnp_adaptive)
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -87,6 +89,21 @@ void BM_Step(benchmark::State& bs) {
   rate(bs, "flops", ns_flops(double(m), double(n)));
 }
 
+/// One step of an m x n W orthogonalized per head: `heads` blocks of m / heads rows (row_blocks.hpp).
+template <class Opt>
+void BM_StepHeads(benchmark::State& bs) {
+  const Index heads = bs.range(0), m = bs.range(1), n = bs.range(2);
+  Opt opt;
+  opt.options().precondition.heads = int(heads);
+  Mat w = Mat::Random(m, n), g = Mat::Random(m, n);
+  auto state = opt.make_state(w);
+  for (auto _ : bs) {
+    opt.step(w, g, state);
+    benchmark::ClobberMemory();
+  }
+  rate(bs, "flops", double(heads) * ns_flops(double(m / heads), double(n)));
+}
+
 template <class Opt>
 void BM_StepBatch(benchmark::State& bs) {
   const Index count = bs.range(0), m = bs.range(1), n = bs.range(2);
@@ -152,6 +169,15 @@ int main(int argc, char** argv) {
   using AdaptiveRmnp = mo::Optimizer<float, mo::Adaptive<>, mo::Momentum<mo::Sum, mo::Nesterov>, mo::Static<>>;
   benchmark::RegisterBenchmark("BM_Step/muon_spectral_cap", BM_Step<CappedMuon>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/rmnp_adaptive", BM_Step<AdaptiveRmnp>)->Apply(shapes);
+  // Per-head orthogonalization: the GPT example's q/k/v (4 heads of 32 x 128), GPT-2 small's (12 of 64 x 768), and
+  // 16 heads of 128 x 2048.
+  for (const char* name : {"BM_StepHeads/muon", "BM_StepHeads/normuon"}) {
+    auto* b = std::string(name) == "BM_StepHeads/muon"
+                  ? benchmark::RegisterBenchmark(name, BM_StepHeads<mo::Muon<float>>)
+                  : benchmark::RegisterBenchmark(name, BM_StepHeads<mo::NorMuon<float>>);
+    b->ArgNames({"heads", "m", "n"})->Args({4, 128, 128})->Args({12, 768, 768})->Args({16, 2048, 2048})->Args({1, 64, 768});
+    b->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
   benchmark::RegisterBenchmark("BM_StepBatch/muon", BM_StepBatch<mo::Muon<float>>)
       ->ArgNames({"count", "m", "n"})->Args({64, 256, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("BM_StepBatch/rmnp", BM_StepBatch<mo::RMNP<float>>)

@@ -3,7 +3,8 @@
 // than this machine's 2 cores, so rows split unevenly). Built with -O2 -march=native into matopt_native_tests (the
 // configured GEMM engine, BLAS by default) and matopt_native_eigen_tests (Eigen's own products; there
 // MATOPT_TEST_PRODUCTS_ONLY leaves out RMNP and ColNorm, whose row passes do not use the engine) (tests/CMakeLists.txt).
-// Under the BLAS engine the threads varied are matopt's (row splits of the fused kernels, the batched step);
+// Under the BLAS engine the threads varied are matopt's (row splits of the fused kernels, the batched step, row
+// blocks stepped in parallel);
 // OpenBLAS's own threads inside its products are not matopt's to choose and are left as configured.
 #include <utility>
 #include <vector>
@@ -70,6 +71,16 @@ TEST_CASE_TEMPLATE("results are bitwise identical for 1, 2 and 3 threads", T, fl
     same(Muon<T>{}, ColMat<T>(), m, n);
     same(OrScale<T>{}, ColMat<T>(), m, n);
     same(NorMuon<T>{}, RowMat<T>(), m, n);
+    // Row blocks, each on one thread (parallel_blocks): per-head Muon and NorMuon, and unequal split sizes.
+    Muon<T> heads;
+    heads.options().precondition.heads = m % 4 == 0 ? 4 : 3;  // 270 rows: 3 heads
+    same(heads, ColMat<T>(), m, n);
+    NorMuon<T> normuon_heads;
+    normuon_heads.options().precondition.heads = 2;
+    same(normuon_heads, RowMat<T>(), m, n);
+    Muon<T> split;
+    split.options().precondition.split_sizes = {m / 2, m / 4, m - m / 2 - m / 4};
+    same(split, RowMat<T>(), m, n);
 #if !defined(MATOPT_TEST_PRODUCTS_ONLY)
     same(RMNP<T>{}, ColMat<T>(), m, n);
     same(RMNP<T>{}, RowMat<T>(), m, n);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -256,13 +257,47 @@ class Optimizer {
   /// cores: 64 x 256^2 Muon ran at 0.47x the FLOP rate of one 2048^2 that way).
   static bool small(Index m, Index n) { return detail::kEngineSerializable && std::max(m, n) <= detail::kTile; }
 
-  /// Sizes the shared workspace for an m x n parameter, and for small ones a workspace per extra thread.
+  /// Under the BLAS engine, whether a step holds OpenBLAS to one thread: when its largest product (r^2 s for
+  /// Newton-Schulz, r = min(m, n), s = max(m, n)) is at most a kTile^3 problem. OpenBLAS's threads do not pay
+  /// at that size, and they compete with matopt's own OpenMP threads, which spin after each region under
+  /// libgomp's default wait policy (float products of m n k <= 1e6 run in the Eigen tiles, each in a region):
+  /// a 64 x 768 Muon step took 2.3-8 ms with OpenBLAS's two threads and 0.33 ms with one (docs/performance.md).
+  static bool serial_products(Index m, Index n) {
+    const double r = double(std::min(m, n)), s = double(std::max(m, n)), tile = double(detail::kTile);
+    return detail::kEngineThreads && detail::kEngineSerializable && r * r * s <= tile * tile * tile;
+  }
+
+  /// Sizes the shared workspace for an m x n parameter, and for small ones a workspace per extra thread (for
+  /// row blocks stepped in parallel: a workspace per extra thread sized for the blocks).
   void reserve_workspaces(Index m, Index n, int threads) {
     Preconditioner::reserve(workspace_, options_.precondition, m, n);
     if (options_.non_finite == NonFinite::Zero) clean_.reserve(m * n);
-    if (!small(m, n)) return;
+    if (small(m, n)) {
+      if (thread_workspaces_.size() + 1 < std::size_t(threads)) thread_workspaces_.resize(std::size_t(threads - 1));
+      for (auto& ws : thread_workspaces_) Preconditioner::reserve(ws, options_.precondition, m, n);
+    }
+    reserve_block_workspaces(m, n, threads);
+  }
+
+  /// Whether apply_blocks steps the row blocks of an m-row W each on one thread, under a SerialEngineScope, in
+  /// parallel when OpenMP offers threads (core/parallel.hpp): two blocks or more and an engine that can be held
+  /// to the calling thread. Per-head blocks are small products, which a threaded BLAS runs poorly; the result
+  /// depends on no thread count.
+  bool parallel_blocks(Index m) const {
+    if constexpr (detail::splits_rows_v<Preconditioner> && std::is_empty_v<typename Scaling::template State<T>>) {
+      const RowBlocks& b = options_.precondition;
+      return detail::kEngineSerializable && b.blocked() && b.fits(m) && b.count() > 1;
+    }
+    return false;
+  }
+  /// A workspace per extra thread for the blocks' shapes (parallel_blocks), so that no step allocates.
+  void reserve_block_workspaces(Index m, Index n, int threads) {
+    if (threads < 2 || !parallel_blocks(m)) return;
     if (thread_workspaces_.size() + 1 < std::size_t(threads)) thread_workspaces_.resize(std::size_t(threads - 1));
-    for (auto& ws : thread_workspaces_) Preconditioner::reserve(ws, options_.precondition, m, n);
+    if constexpr (detail::splits_rows_v<Preconditioner>)
+      options_.precondition.for_each(m, [&](const RowSet& b) {
+        for (auto& ws : thread_workspaces_) Preconditioner::reserve(ws, options_.precondition, b.size(), n);
+      });
   }
 
   /// Shapes, layout and finite values; throws before anything is written. Returns what the step does with
@@ -299,6 +334,8 @@ class Optimizer {
       ++state.skipped;
       return;
     }
+    std::optional<detail::SerialEngineScope> serial;
+    if (serial_products(w.rows(), w.cols())) serial.emplace();
     if (action == detail::GradAction::Zero) {
       constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
       clean_.reserve(g.size());  // allocates only if the policy was switched to Zero after make_state
@@ -388,7 +425,9 @@ class Optimizer {
 
   /// apply() for a preconditioner that splits W's rows into blocks (heads, split_sizes, split_groups): each block
   /// (rows of W, G and V picked by an index list, RowSet) is preconditioned and scaled as a parameter of its own
-  /// shape, a stateful preconditioner on its share of the state; the momentum is updated once, after.
+  /// shape, a stateful preconditioner on its share of the state; the momentum is updated once, after. Blocks
+  /// write disjoint rows of W and disjoint shares of the state: with parallel_blocks, each block runs on one
+  /// thread with its own workspace (the products held to that thread), in parallel when threads are offered.
   template <class WMat, class GMat>
   void apply_blocks(WMat& w, const GMat& g, State& state, Workspace& ws) {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
@@ -396,22 +435,41 @@ class Optimizer {
     const T lr = options_.lr, lambda = options_.weight_decay;
     Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
                                                    MomentumPolicy::has_buffer ? w.cols() : 0);
-    options_.precondition.for_each(w.rows(), [&](const RowSet& rows) {
+    const RowBlocks& blocks = options_.precondition;
+    auto one = [&](Index i, Workspace& block_ws) {
+      const RowSet rows = blocks.block(w.rows(), i);
       auto wb = w(rows, Eigen::all);
       const auto gb = g(rows, Eigen::all);
       auto update = [&](const auto& d) { Scaling::update(wb, d, gb, state.scaling, options_.scaling, lr, lambda); };
       auto precondition = [&](const auto& u) {
         if constexpr (detail::has_policy_state_v<Preconditioner, T>)
-          Preconditioner::template apply_block<T>(rows, w.rows(), u, gb, options_.precondition, ws, state.precondition,
-                                                  update);
+          Preconditioner::template apply_block<T>(rows, w.rows(), u, gb, options_.precondition, block_ws,
+                                                  state.precondition, update);
         else
-          Preconditioner::template apply<T>(u, options_.precondition, ws, update);
+          Preconditioner::template apply<T>(u, options_.precondition, block_ws, update);
       };
       if constexpr (MomentumPolicy::has_buffer)
         precondition(c.u_g * gb + c.u_v * v(rows, Eigen::all));
       else
         precondition(gb);
-    });
+    };
+    if (parallel_blocks(w.rows())) {
+      [[maybe_unused]] const detail::SerialEngineScope serial;
+      // Outside a parallel region with threads to offer (else serially, on ws: inside the batched step's region
+      // ws is already this thread's).
+      const bool threads = detail::available_threads() > 1 &&
+                           thread_workspaces_.size() + 1 >= std::size_t(detail::available_threads());
+      if (threads) {
+        detail::parallel_for(blocks.count(), [&](Index i) {
+          const int t = detail::thread_index();
+          one(i, t == 0 ? ws : thread_workspaces_[std::size_t(t - 1)]);
+        });
+      } else {
+        for (Index i = 0; i < blocks.count(); ++i) one(i, ws);
+      }
+    } else {
+      for (Index i = 0; i < blocks.count(); ++i) one(i, ws);
+    }
     if constexpr (MomentumPolicy::has_buffer) v = c.v_v * v + c.v_g * g;
     ++state.steps;
   }
@@ -475,6 +533,7 @@ void Optimizer<T, P, M, S, D>::step_map(detail::StepMap<T, L> w, detail::StepMap
   validate(options_, D::name);
   const detail::GradAction action = check(w, g, state);
   P::reserve(workspace_, options_.precondition, w.rows(), w.cols());  // no-op unless another optimizer made state
+  reserve_block_workspaces(w.rows(), w.cols(), detail::available_threads());  // likewise
   run(w, g, action, state, workspace_);
 }
 

@@ -11,7 +11,7 @@
 //                       G r_i rows in group order, orthogonalized once and scaled by s(G r_i, d).
 // The scaling then sees each block as the parameter: s(rows, d) (dion: adjust_lr on the block's shape). A
 // stateful preconditioner (SecondMoment: per-head NorMuon) keeps its state per block. The momentum stays one
-// buffer. Blocks run one after another (each uses every thread in its products).
+// buffer. On the host, blocks run in parallel, each on one thread (Optimizer::parallel_blocks).
 
 #include <string>
 #include <string_view>
@@ -42,19 +42,19 @@ struct RowBlocks {
     if (!split_sizes.empty()) return group_rows() * split_groups == m;
     return m % heads == 0;
   }
+  /// Number of blocks.
+  Index count() const { return split_sizes.empty() ? Index(heads) : Index(split_sizes.size()); }
+  /// Block i (< count()) of an m-row matrix that fits().
+  RowSet block(Index m, Index i) const {
+    if (split_sizes.empty()) return RowSet{i * (m / heads), m / heads, m, 1};
+    Index first = 0;
+    for (Index k = 0; k < i; ++k) first += split_sizes[std::size_t(k)];
+    return RowSet{first, split_sizes[std::size_t(i)], group_rows(), split_groups};
+  }
   /// f(RowSet) for each block of an m-row matrix that fits(), in order.
   template <class F>
   void for_each(Index m, F&& f) const {
-    if (!split_sizes.empty()) {
-      const Index stride = group_rows();
-      Index first = 0;
-      for (Index r : split_sizes) {
-        f(RowSet{first, r, stride, split_groups});
-        first += r;
-      }
-    } else {
-      for (int h = 0; h < heads; ++h) f(RowSet{Index(h) * (m / heads), m / heads, m, 1});
-    }
+    for (Index i = 0; i < count(); ++i) f(block(m, i));
   }
   /// Rows of the first block (the shape effective_lr reports).
   Index first_rows(Index m) const { return !split_sizes.empty() ? split_sizes.front() * split_groups : m / heads; }
