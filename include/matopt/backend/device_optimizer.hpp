@@ -455,10 +455,38 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
     };
     const typename Inner::Options& inner = o;
     const Strided<T> d = DevicePreconditioner<Inner>::apply(e, ws, inner, m, n, layout, inner_u);
-    DeviceMoment<Moment>::apply(e, ws, o.moment, d, s, g_norm, layout, form_u);
+    finish(e, ws, o, d, s, g_norm, layout, form_u);
     return d;
   }
+  static constexpr bool sign_input = Moment::sign_input;
+  /// D' = Moment(D) in place, for a D the inner preconditioner made (here, or batched over row blocks).
+  template <class T, class Engine, class GNorm, class FormU>
+  static void finish(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Strided<T> d, MomentSlot<T> s,
+                     GNorm&& g_norm, Layout layout, FormU&& form_u) {
+    DeviceMoment<Moment>::apply(e, ws, o.moment, d, s, g_norm, layout, form_u);
+  }
 };
+
+/// Engines that run Newton-Schulz over a strided batch of same-shape matrices (`static constexpr bool
+/// has_batched_ns = true`, reserve_batched<T>(count, m, n), ns_batched<T>(count, r, s, options, gram, form)).
+template <class E, class = void>
+inline constexpr bool engine_has_batched_ns_v = false;
+template <class E>
+inline constexpr bool engine_has_batched_ns_v<E, std::void_t<decltype(E::has_batched_ns)>> = E::has_batched_ns;
+/// The Newton-Schulz method of a preconditioner that is one (Orthogonalize<NewtonSchulz<...>>, or SecondMoment
+/// of it); void otherwise.
+template <class P>
+struct ns_method {
+  using type = void;
+};
+template <class Schedule, NsVariant V>
+struct ns_method<Orthogonalize<NewtonSchulz<Schedule, V>>> {
+  using type = NewtonSchulz<Schedule, V>;
+};
+template <class Inner, class Moment>
+struct ns_method<SecondMoment<Inner, Moment>> : ns_method<Inner> {};
+template <class P>
+using ns_method_t = typename ns_method<P>::type;
 
 template <class P, class = void>
 inline constexpr bool device_state_v = false;
@@ -748,6 +776,10 @@ class DeviceOptimizer {
   /// Per-head / split row blocks (row_blocks.hpp), taken with a Static scaling only (check_row_blocks).
   static constexpr bool splits_rows =
       detail::splits_rows_v<PreconditionerType> && std::is_empty_v<typename ScalingType::template State<T>>;
+  /// Blocks of one shape orthogonalized together: an engine with batched Newton-Schulz and a Newton-Schulz
+  /// preconditioner (Orthogonalize, or SecondMoment of it).
+  static constexpr bool batched_blocks = splits_rows && detail::engine_has_batched_ns_v<Engine> &&
+                                         !std::is_void_v<detail::ns_method_t<PreconditionerType>>;
 
   /// Row/ColNormalize with Static scaling: one pass per normalized vector (fused_normalize.hpp's step).
   static constexpr bool fused =
@@ -769,6 +801,8 @@ class DeviceOptimizer {
       const RowBlocks& b = options_.precondition;
       if (b.blocked() && b.fits(m))
         b.for_each(m, [&](const RowSet& r) { Precondition::reserve(ws_, options_.precondition, r.size(), n); });
+      if constexpr (batched_blocks)
+        if (equal_blocks(m)) engine_.template reserve_batched<T>(b.count(), b.block(m, 0).size(), n);
     }
     Scale::reserve(ws_, options_.scaling, m, n);
     if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(m, n);
@@ -850,10 +884,8 @@ class DeviceOptimizer {
   template <class FormU, class GNorm>
   detail::Strided<T> precondition(State& state, Index offset, Index m, Index n, FormU&& form_u, GNorm&& g_norm) {
     if constexpr (second_moment) {
-      detail::MomentSlot<T> slot;
-      if constexpr (device_state) slot.device = detail::raw(state.moment) + offset;
-      else slot.host = state.precondition.second_moment.data() + offset;
-      return Precondition::apply(engine_, ws_, options_.precondition, slot, g_norm, m, n, state.layout, form_u);
+      return Precondition::apply(engine_, ws_, options_.precondition, slot(state, offset), g_norm, m, n, state.layout,
+                                 form_u);
     } else if constexpr (detail::has_policy_state_v<PreconditionerType, T>) {
       return Precondition::apply(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
     } else {
@@ -863,42 +895,120 @@ class DeviceOptimizer {
 
   /// apply() for row blocks (Optimizer::apply_blocks): each block (`groups` runs of rows) is formed run by run,
   /// preconditioned on its share of S and updated with the Static coefficients of its own shape; the momentum
-  /// is updated once, after.
+  /// is updated once, after. Blocks of one shape on an engine with batched Newton-Schulz (the CUDA engine) are
+  /// orthogonalized together (apply_blocks_batched).
   template <class Unused = void>
   void apply_blocks(detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> v, State& state) {
     const Index n = w.cols;
     const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
-    const T lr = options_.lr, lambda = options_.weight_decay;
+    const RowBlocks& blocks = options_.precondition;
+    if constexpr (batched_blocks) {
+      if (equal_blocks(w.rows)) {
+        apply_blocks_batched(w, g, v, state);
+        if constexpr (MomentumType::has_buffer)
+          engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
+        return;
+      }
+    }
     Index offset = 0;
-    options_.precondition.for_each(w.rows, [&](const RowSet& b) {
-      const Index mb = b.size();
-      const auto run = [&](auto x, Index k) { return detail::rows_of(x, b.first + k * b.stride, b.rows); };
-      auto form_u = [&](detail::Strided<T> target) {
-        for (Index k = 0; k < b.groups; ++k) {
-          const detail::Strided<T> t = detail::rows_of(target, k * b.rows, b.rows);
-          if constexpr (MomentumType::has_buffer)
-            engine_.combine(t, c.u_g, run(g, k), c.u_v, detail::Strided<const T>(run(v, k)));
-          else
-            engine_.copy(run(g, k), t);
-        }
-      };
-      auto g_norm = [&] {  // ||G_block||_F from the runs' norms (core/norms.hpp's rule: no overflow)
-        if (b.groups == 1) return engine_.norm(run(g, 0));
-        T a = T(0), sum = T(0);
-        std::vector<T> norms(std::size_t(b.groups));
-        for (Index k = 0; k < b.groups; ++k) a = std::max(a, norms[std::size_t(k)] = engine_.norm(run(g, k)));
-        if (!(a > T(0)) || !std::isfinite(a)) return a;
-        for (T x : norms) sum += (x / a) * (x / a);
-        return a * std::sqrt(sum);
-      };
-      const detail::Strided<T> d = precondition(state, offset, mb, n, form_u, g_norm);
-      if constexpr (second_moment) offset += PreconditionerType::block_state_size(mb, n);
-      const auto k = ScalingType::coefficients(options_.scaling, lr, lambda, mb, n);
-      for (Index r = 0; r < b.groups; ++r)
-        Scale::static_update(engine_, run(w, r), detail::rows_of(d, r * b.rows, b.rows), k);
-    });
+    for (Index i = 0; i < blocks.count(); ++i) {
+      const RowSet b = blocks.block(w.rows, i);
+      const detail::Strided<T> d = precondition(state, offset, b.size(), n, block_u(b, g, v), block_g_norm(b, g));
+      if constexpr (second_moment) offset += PreconditionerType::block_state_size(b.size(), n);
+      update_block(b, w, d);
+    }
     if constexpr (MomentumType::has_buffer)
       engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
+  }
+
+  /// Run k of block b (rows [first + k stride, + rows)) of x.
+  template <class M>
+  static M run_of(const RowSet& b, M x, Index k) {
+    return detail::rows_of(x, b.first + k * b.stride, b.rows);
+  }
+  /// form_u of block b: U's runs written one after another into the block's target.
+  auto block_u(const RowSet& b, detail::Strided<const T> g, detail::Strided<T> v) {
+    return [this, b, g, v](detail::Strided<T> target) {
+      const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
+      for (Index k = 0; k < b.groups; ++k) {
+        const detail::Strided<T> t = detail::rows_of(target, k * b.rows, b.rows);
+        if constexpr (MomentumType::has_buffer)
+          engine_.combine(t, c.u_g, run_of(b, g, k), c.u_v, detail::Strided<const T>(run_of(b, v, k)));
+        else
+          engine_.copy(run_of(b, g, k), t);
+      }
+    };
+  }
+  /// ||G_b||_F from the runs' norms (core/norms.hpp's rule: no overflow), when a moment asks (NAMO).
+  auto block_g_norm(const RowSet& b, detail::Strided<const T> g) {
+    return [this, b, g] {
+      if (b.groups == 1) return engine_.norm(run_of(b, g, 0));
+      T a = T(0), sum = T(0);
+      std::vector<T> norms(std::size_t(b.groups));
+      for (Index k = 0; k < b.groups; ++k) a = std::max(a, norms[std::size_t(k)] = engine_.norm(run_of(b, g, k)));
+      if (!(a > T(0)) || !std::isfinite(a)) return a;
+      for (T x : norms) sum += (x / a) * (x / a);
+      return a * std::sqrt(sum);
+    };
+  }
+  /// W_b <- the Static update of block b's shape with D_b (its runs from D's rows, in order).
+  template <class Unused = void>
+  void update_block(const RowSet& b, detail::Strided<T> w, detail::Strided<T> d) {
+    const auto k = ScalingType::coefficients(options_.scaling, options_.lr, options_.weight_decay, b.size(), w.cols);
+    for (Index r = 0; r < b.groups; ++r)
+      Scale::static_update(engine_, run_of(b, w, r), detail::rows_of(d, r * b.rows, b.rows), k);
+  }
+
+  /// Blocks of one shape (heads, or equal split sizes), two or more.
+  bool equal_blocks(Index m) const {
+    if constexpr (splits_rows) {
+      const RowBlocks& blocks = options_.precondition;
+      if (!blocks.blocked() || !blocks.fits(m) || blocks.count() < 2) return false;
+      for (Index i = 1; i < blocks.count(); ++i)
+        if (blocks.block(m, i).size() != blocks.block(m, 0).size()) return false;
+      return true;
+    }
+    return false;
+  }
+
+  /// The blocks' Newton-Schulz as one batched run (Engine::ns_batched: each product one strided-batched call for
+  /// every block), then each block's moment (SecondMoment) and update, as apply_blocks.
+  template <class Unused = void>
+  void apply_blocks_batched(detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> v, State& state) {
+    using Method = detail::ns_method_t<PreconditionerType>;
+    const RowBlocks& blocks = options_.precondition;
+    const Index count = blocks.count(), mb = blocks.block(w.rows, 0).size(), n = w.cols;
+    const bool tall = mb > n;
+    const Index r = tall ? n : mb, s = tall ? mb : n;
+    const typename Method::Options& ns = options_.precondition;
+    const detail::Strided<T> xs = engine_.template ns_batched<T>(
+        count, r, s, ns, Method::uses_gram(ns, r, s), [&](Index i, detail::Strided<T> x) {
+          const detail::Strided<T> u = tall ? x.t() : x;
+          block_u(blocks.block(w.rows, i), g, v)(u);
+          if constexpr (second_moment)
+            if constexpr (Precondition::sign_input) engine_.sign(u);
+        });
+    Index offset = 0;
+    for (Index i = 0; i < count; ++i) {
+      const RowSet b = blocks.block(w.rows, i);
+      const detail::Strided<T> x = detail::col_major(xs.data + i * r * s, r, s), d = tall ? x.t() : x;
+      if constexpr (second_moment) {
+        Precondition::finish(engine_, ws_, options_.precondition, d, slot(state, offset), block_g_norm(b, g),
+                             state.layout, block_u(b, g, v));
+        offset += PreconditionerType::block_state_size(mb, n);
+      }
+      update_block(b, w, d);
+    }
+  }
+
+  /// The SecondMoment's S of a parameter (or block: from entry `offset`).
+  detail::MomentSlot<T> slot(State& state, Index offset) {
+    detail::MomentSlot<T> sl;
+    if constexpr (second_moment) {
+      if constexpr (device_state) sl.device = detail::raw(state.moment) + offset;
+      else sl.host = state.precondition.second_moment.data() + offset;
+    }
+    return sl;
   }
 
   Options options_;

@@ -227,6 +227,20 @@ class Engine {
     return {at(0, r, s), at(1, r, s), at(2, r, r), at(3, r, r), at(4, r, r), at(5, r, r)};
   }
 
+  /// Newton–Schulz (precondition/ns_algorithm.hpp) over `count` column-major r x s matrices at once in the
+  /// batched workspace (reserve_batched<T>(count, r, s) first): form(b, x_b) writes matrix b; returns the
+  /// results' handle, matrix b at data + b r s (engine memory, valid until the next batched call). DeviceOptimizer
+  /// orthogonalizes row blocks of one shape (heads) this way: each product one strided-batched call for all.
+  static constexpr bool has_batched_ns = true;
+  template <class T, class Options, class Form>
+  Strided<T> ns_batched(Index count, Index r, Index s, const Options& o, bool gram, Form&& form) {
+    NsWorkspace<T> ws = ns_workspace<T>(count, r, s);
+    for (Index b = 0; b < count; ++b) form(b, matopt::detail::col_major(ws.x.data + b * r * s, r, s));
+    const Batched<T>& d =
+        matopt::detail::NsMatrices<Batched<T>>{&ws.x, &ws.y, &ws.a, &ws.b, &ws.q, &ws.t}.run(*this, o, gram && r > 0);
+    return d.matrix();
+  }
+
   // ---- Element-wise operations on any strides (out's shape is the iteration space) --------------------
 
   /// out = a x + b y
