@@ -5,15 +5,19 @@
 // tests/test_variants.cpp checks the host with (scripts/make_golden_variants.py, PyTorch float64, no matopt
 // code): W after each of three steps within 1e-5 (float) / 1e-10 (double) relative Frobenius error, both
 // storage orders, a tall (20 x 12) and a wide (12 x 28) shape. Then a checkpoint of AdaMuon's device-resident
-// second moment loaded into the host optimizer (and back), and zero gradients on zero weights.
+// second moment loaded into the host optimizer (and back), zero gradients on zero weights, and QK-clip on device
+// matrices against its factors eta^alpha, eta^(1 - alpha) computed here.
 // The including file defines MATOPT_BACKEND and matopt::test::Backend (tests/device_cases.hpp).
 
+#include <algorithm>
+#include <cmath>
 #include <sstream>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include <matopt/backend/device_qk_clip.hpp>
 #include <matopt/matopt.hpp>
 #include <matopt/serialization/checkpoint.hpp>
 
@@ -239,5 +243,46 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": the variants on zero gradients and zero wei
       o.weight_decay = T(0.1);
       o.scaling.weight_decay_method = WeightDecay::Cautious;
     });
+  }
+}
+
+TEST_CASE(MATOPT_BACKEND ": QK-clip scales each clipped group's W_q and W_k rows by eta^alpha and eta^(1 - alpha)") {
+  using namespace matopt;
+  using Mat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic>;
+  typename test::Backend::Engine engine;
+  // GQA: 4 query heads of 3 rows in 2 groups (KV = 2), d_model 5; MHA: KV = 4. Group 0's largest logit 400
+  // (eta = 1/4), group 1's 80 (below tau = 100: untouched).
+  const std::vector<double> logits{400.0, 120.0, 60.0, 80.0};
+  for (const Index kv : {Index(2), Index(4)}) {
+    for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+      CAPTURE(kv);
+      CAPTURE(matopt::detail::layout_name(layout));
+      const Mat q0 = test::randn<Mat>(12, 5, 1), k0 = test::randn<Mat>(3 * kv, 5, 2);
+      DeviceMatrix<double> q(12, 5, layout), k(3 * kv, 5, layout);
+      q.assign(q0);
+      k.assign(k0);
+      QkClipOptions o;
+      o.alpha = 0.25;
+      Mat q_want = q0, k_want = k0;
+      const Index per_group = 4 / kv;
+      Index clipped = 0;
+      for (Index grp = 0; grp < kv; ++grp) {
+        double s = 0;
+        for (Index h = grp * per_group; h < (grp + 1) * per_group; ++h) s = std::max(s, logits[std::size_t(h)]);
+        if (s <= o.tau) continue;
+        ++clipped;
+        q_want.middleRows(grp * per_group * 3, per_group * 3) *= std::pow(o.tau / s, 0.25);
+        k_want.middleRows(grp * 3, 3) *= std::pow(o.tau / s, 0.75);
+      }
+      CHECK(qk_clip(engine, q.view(), k.view(), logits, kv, o) == clipped);
+      CHECK(test::rel_error(to_host(q), q_want) <= 1e-15);
+      CHECK(test::rel_error(to_host(k), k_want) <= 1e-15);
+      // Bad input: an error naming it, nothing scaled.
+      CHECK_THROWS_WITH_AS(qk_clip(engine, q.view(), k.view(), {1e9, 1.0, 1.0}, 1, o), doctest::Contains("W_q"),
+                           std::invalid_argument);
+      CHECK_THROWS_WITH_AS(qk_clip(engine, q.view(), k.view(), {1e9, std::nan(""), 1.0, 1.0}, kv, o),
+                           doctest::Contains("max_logits[1]"), std::invalid_argument);
+      CHECK(test::rel_error(to_host(q), q_want) <= 1e-15);
+    }
   }
 }

@@ -1,6 +1,7 @@
 // DeviceAdamW (backend/device_adamw.hpp) against the host AdamW: the same W and moments after every step,
 // float and double, both storage orders, odd shapes; the non-finite policies; bad input changes nothing;
-// checkpoints move between the host and device optimizers.
+// checkpoints move between the host and device optimizers. DeviceLion (backend/device_lion.hpp) against Lion's
+// update written out here in double (arXiv 2302.06675 Alg. 2), the non-finite policies and checkpoints.
 
 #include <algorithm>
 #include <limits>
@@ -11,6 +12,7 @@
 
 
 #include <matopt/backend/device_adamw.hpp>
+#include <matopt/backend/device_lion.hpp>
 #include <matopt/matopt.hpp>
 #include <matopt/serialization/checkpoint.hpp>
 
@@ -182,4 +184,97 @@ TEST_CASE("thrust backend: DeviceAdamW checkpoints move between the host and dev
   CHECK_THROWS_AS(matopt::load_checkpoint(corrupted, dev, ds), matopt::CheckpointError);
   CHECK(ds[0].steps == 4);
   CHECK(moments(ds[0].v, m, n, Layout::RowMajor) == before);
+}
+
+TEST_CASE_TEMPLATE("thrust backend: DeviceLion follows Lion's update (written out in double)", T, float, double) {
+  using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+  typename matopt::Lion<T>::Options o;
+  o.lr = T(1e-2);
+  o.beta1 = T(0.9);
+  o.beta2 = T(0.99);
+  o.weight_decay = T(0.1);
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{5, 7}, {7, 5}, {1, 6}, {6, 1}, {0, 4}, {16, 16}}) {
+    const Index m = shape.first, n = shape.second;
+    CAPTURE(m);
+    CAPTURE(n);
+    for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+      CAPTURE(int(layout));
+      const HostMat w0 = matopt::test::randn<HostMat>(m, n, 11);
+      // W <- W (1 - lr lambda) - lr sign(b1 m + (1 - b1) g);  m <- b2 m + (1 - b2) g, with m_0 = 0.
+      Eigen::ArrayXXd w = w0.template cast<double>(), mom = Eigen::ArrayXXd::Zero(m, n);
+      const double lr = double(o.lr), b1 = double(o.beta1), b2 = double(o.beta2), wd = double(o.weight_decay);
+      matopt::DeviceLion<T> dev(o);
+      auto dw = matopt::test::detail::device_copy<T>(w0.template cast<double>(), layout);
+      auto ds = dev.make_state(dw);
+      for (unsigned k = 0; k < 4; ++k) {
+        CAPTURE(k);
+        const HostMat g = matopt::test::randn<HostMat>(m, n, 100 + k);
+        const Eigen::ArrayXXd gd = g.template cast<double>().array();
+        w = w * (1 - lr * wd) - lr * (b1 * mom + (1 - b1) * gd).sign();
+        mom = b2 * mom + (1 - b2) * gd;
+        dev.step(dw, matopt::test::detail::device_copy<T>(g.template cast<double>(), layout), ds);
+        CHECK(matopt::test::rel_error(matopt::to_host(dw), Eigen::MatrixXd(w.matrix())) <= tol);
+        CHECK(matopt::test::rel_error(moments(ds.m, m, n, layout), Eigen::MatrixXd(mom.matrix())) <= tol);
+        CHECK(ds.steps == k + 1);
+      }
+    }
+  }
+  CHECK(matopt::DeviceLion<T>::identity() == matopt::Lion<T>::identity());
+}
+
+TEST_CASE("thrust backend: DeviceLion's non-finite policies, bad input and checkpoints, as the host Lion's") {
+  using T = double;
+  using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const Index m = 4, n = 6;
+  const HostMat w0 = matopt::test::randn<HostMat>(m, n, 1);
+  HostMat g = matopt::test::randn<HostMat>(m, n, 2);
+  g(1, 2) = std::numeric_limits<T>::quiet_NaN();
+  const matopt::DeviceMatrix<T> dg(g);
+  matopt::Lion<T>::Options o;
+  o.weight_decay = T(0.5);
+  {
+    matopt::DeviceLion<T> dev(o);
+    matopt::DeviceMatrix<T> dw(w0);
+    auto s = dev.make_state(dw);
+    CHECK_THROWS_WITH_AS(dev.step(dw, dg, s), doctest::Contains("non-finite"), std::invalid_argument);
+    const matopt::DeviceMatrix<T> wide(HostMat(matopt::test::randn<HostMat>(m, n + 1, 3)));
+    CHECK_THROWS_WITH_AS(dev.step(dw, wide, s), doctest::Contains("G is 4x7 but W is 4x6"), std::invalid_argument);
+    dev.options().beta1 = T(2);
+    CHECK_THROWS_WITH_AS(dev.step(dw, matopt::DeviceMatrix<T>(w0), s), doctest::Contains("beta1"),
+                         std::invalid_argument);
+    CHECK(matopt::to_host(dw) == w0);
+    CHECK(s.steps == 0);
+    o.non_finite = matopt::NonFinite::Skip;
+    matopt::DeviceLion<T> skip(o);
+    skip.step(dw, dg, s);
+    CHECK(s.skipped == 1);
+    CHECK(matopt::to_host(dw) == w0);
+  }
+  // Zero: the step of G with its NaN replaced by 0 (that entry moves by the decay alone: sign(0) = 0).
+  o.non_finite = matopt::NonFinite::Zero;
+  matopt::DeviceLion<T> dev(o);
+  matopt::DeviceMatrix<T> dw(w0);
+  std::vector<matopt::DeviceLion<T>::State> ds{dev.make_state(dw)};
+  dev.step(dw, dg, ds[0]);
+  CHECK(ds[0].zeroed == 1);
+  CHECK(matopt::to_host(dw)(1, 2) == w0(1, 2) * (T(1) - o.lr * o.weight_decay));
+  // Device -> host -> device: the host Lion continues the device's trajectory, and the device the host's.
+  matopt::Lion<T> host(o);
+  HostMat w = matopt::to_host(dw);
+  std::vector<matopt::Lion<T>::State> hs{host.make_state(w)};
+  std::stringstream file;
+  matopt::save_checkpoint(file, dev, ds);
+  matopt::load_checkpoint(file, host, hs);
+  CHECK(hs[0].steps == 1);
+  CHECK(moments(hs[0].m, m, n) == moments(ds[0].m, m, n, Layout::RowMajor));
+  const HostMat g2 = matopt::test::randn<HostMat>(m, n, 7);
+  host.step(w, g2, hs[0]);
+  dev.step(dw, matopt::DeviceMatrix<T>(g2), ds[0]);
+  CHECK(matopt::test::rel_error(matopt::to_host(dw), w) <= 1e-15);
+  std::stringstream back;
+  matopt::save_checkpoint(back, host, hs);
+  matopt::load_checkpoint(back, dev, ds);
+  CHECK(ds[0].steps == 2);
+  CHECK(moments(ds[0].m, m, n, Layout::RowMajor) == moments(hs[0].m, m, n));
 }

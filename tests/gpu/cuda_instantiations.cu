@@ -5,6 +5,8 @@
 #include <matopt/backend/cuda.cuh>
 #include <matopt/backend/cuda.cuh>  // twice: include guards
 #include <matopt/backend/device_adamw.hpp>
+#include <matopt/backend/device_lion.hpp>
+#include <matopt/backend/device_qk_clip.hpp>
 #include <matopt/matopt.hpp>
 
 namespace matopt {
@@ -18,6 +20,9 @@ using cuda::Engine;
   template class DeviceOptimizer<ColNorm<T>, Engine>;                                                             \
   template class DeviceOptimizer<OrScale<T>, Engine>;                                                             \
   template class DeviceAdamW<T>;                                                                                  \
+  template class DeviceLion<T>;                                                                                   \
+  template Index qk_clip<Engine, T>(Engine&, DeviceMatrixView<T>, DeviceMatrixView<T>, const std::vector<double>&, \
+                                    Index, const QkClipOptions&);                                                 \
   template void cuda::orthogonalize<NewtonSchulz<>, T>(Engine&, const T*, T*, Index, Index,                      \
                                                        const NewtonSchulz<>::Options&, Layout);                   \
   template void cuda::orthogonalize_batched<NewtonSchulz<schedules::PolarExpress>, T>(                          \

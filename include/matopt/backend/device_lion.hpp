@@ -1,0 +1,171 @@
+#pragma once
+// DeviceLion<T>: Lion (lion.hpp; Chen et al., arXiv 2302.06675) on parameters in device memory, for the
+// parameters that are not hidden matrices when the weights live on the device, in place of DeviceAdamW. The host
+// Lion's Options, defaults, validation, messages, non-finite policy and State fields (checkpoints move between
+// the two); the update is the host's, element by element, in one Thrust pass over W, G and m (W's storage order):
+//   W <- W (1 - lr lambda);  W <- W - lr sign(b1 m + (1 - b1) g);  m <- b2 m + (1 - b2) g
+// On Thrust's device system (CPP or OMP on the CPU; CUDA from a .cu file, on the stream given at construction),
+// as DeviceAdamW. NonFinite::Zero zeroes G's non-finite entries inside that pass: step allocates nothing (the
+// finiteness check is a Thrust reduction, which may use Thrust's temporary storage).
+//
+//   matopt::DeviceLion<float> lion;                  // Lion<float>::Options; or (options, stream) on CUDA
+//   auto state = lion.make_state(bias);
+//   lion.step(bias, grad, state);
+
+#include <cstdint>
+#include <string>
+
+#include <Eigen/Core>
+#include <thrust/copy.h>
+#include <thrust/device_vector.h>
+#include <thrust/for_each.h>
+#include <thrust/functional.h>
+#include <thrust/iterator/counting_iterator.h>
+#include <thrust/transform_reduce.h>
+
+#include "matopt/backend/device_matrix.hpp"
+#include "matopt/backend/thrust.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/lion.hpp"
+
+namespace matopt {
+namespace detail {
+
+/// One Lion element update (the host's expression, element by element); `zero` maps a non-finite g to 0.
+template <class T>
+struct LionOp {
+  T* w;
+  const T* g;
+  T* m;
+  T lr, keep, beta1, beta2;
+  bool decay, zero;
+  MATOPT_HOST_DEVICE void operator()(Index i) const {
+    T gi = g[i];
+    if (zero && !finite_value(gi)) gi = T(0);
+    const T mi = m[i];
+    const T c = beta1 * mi + (T(1) - beta1) * gi;
+    T wi = w[i];
+    if (decay) wi *= keep;
+    w[i] = wi - lr * T((c > T(0)) - (c < T(0)));
+    m[i] = beta2 * mi + (T(1) - beta2) * gi;
+  }
+};
+
+}  // namespace detail
+
+template <class T>
+class DeviceLion {
+ public:
+  using Host = Lion<T>;
+  using Scalar = T;
+  using Options = typename Host::Options;
+
+  /// The host State's fields, with the momentum in device memory (W's storage order).
+  struct State {
+    Index rows = 0;
+    Index cols = 0;
+    Layout layout = Layout::RowMajor;
+    std::int64_t steps = 0;
+    std::int64_t skipped = 0;
+    std::int64_t zeroed = 0;
+    thrust::device_vector<T> m;
+    /// Device bytes (the momentum).
+    std::size_t bytes() const { return m.size() * sizeof(T); }
+
+    /// Checkpoints: written and read as the host Lion State (the same file format), the momentum copied through
+    /// host memory: files move between Lion and DeviceLion for parameters of the same shape and layout.
+    template <class Writer>
+    void write(Writer& w) const {
+      typename Host::State h = to_host_state();
+      detail::device_synchronize();  // after the steps queued on any stream
+      thrust::copy(m.begin(), m.end(), h.m.data());
+      w.state(h);
+    }
+    template <class Reader>
+    void read(Reader& r) {
+      typename Host::State h = to_host_state();  // shapes for the reader's checks
+      r.state(h);
+      steps = h.steps;
+      skipped = h.skipped;
+      zeroed = h.zeroed;
+      detail::device_synchronize();  // no queued step still reads the old momentum
+      thrust::copy(h.m.data(), h.m.data() + h.m.size(), m.begin());
+    }
+
+   private:
+    typename Host::State to_host_state() const {
+      typename Host::State h;
+      h.rows = rows;
+      h.cols = cols;
+      h.layout = layout;
+      h.steps = steps;
+      h.skipped = skipped;
+      h.zeroed = zeroed;
+      h.m.resize(Index(m.size()));
+      return h;
+    }
+  };
+
+  DeviceLion() : DeviceLion(Options{}) {}
+  /// `stream` (Thrust's CUDA system only: a cudaStream_t) is where step queues its work.
+  explicit DeviceLion(const Options& options, detail::DeviceStream stream = {}) : options_(options), stream_(stream) {
+    Host::validate(options_, name());
+  }
+
+  Options& options() { return options_; }
+  const Options& options() const { return options_; }
+  static constexpr const char* name() { return Host::name(); }
+  /// The host Lion's identity: checkpoints move between the host and device optimizers.
+  static std::string identity() { return Host::identity(); }
+
+  State make_state(DeviceMatrixView<const T> w) const {
+    detail::check_device_view<T>(Host::name(), w, "W");
+    detail::device_synchronize();  // the zero fill runs on Thrust's stream (device_matrix.hpp)
+    State s;
+    s.rows = w.rows;
+    s.cols = w.cols;
+    s.layout = w.layout;
+    s.m.assign(std::size_t(w.size()), T(0));
+    return s;
+  }
+  State make_state(const DeviceMatrix<T>& w) const { return make_state(w.view()); }
+
+  /// One step in place. Throws std::invalid_argument (W and state unchanged) on bad hyperparameters, a shape
+  /// or layout mismatch, or (NonFinite::Throw) a non-finite gradient.
+  void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) const {
+    constexpr const char* where = Host::name();
+    Host::validate(options_, where);
+    detail::check_device_step<T>(where, w, g, state);
+    const auto policy = detail::on_stream(stream_);
+    const bool finite = thrust::transform_reduce(policy, thrust::counting_iterator<Index>(0),
+                                                 thrust::counting_iterator<Index>(g.size()),
+                                                 detail::FiniteAt<T>{detail::strided(g.data, g.rows, g.cols, w.layout)},
+                                                 true, thrust::logical_and<bool>());
+    if (!finite) {
+      if (options_.non_finite == NonFinite::Skip) {
+        ++state.skipped;
+        return;
+      }
+      if (options_.non_finite != NonFinite::Zero)
+        detail::fail(where, "G (", detail::shape_string(g.rows, g.cols),
+                     ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+      ++state.zeroed;
+    }
+    ++state.steps;
+    const Options& o = options_;
+    const detail::LionOp<T> op{w.data,  g.data,   detail::raw(state.m), o.lr, T(1) - o.lr * o.weight_decay,
+                               o.beta1, o.beta2,  o.weight_decay != T(0), !finite};
+    thrust::for_each(policy, thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
+  }
+  void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) const { step(w.view(), g.view(), state); }
+
+  /// Lion's per-parameter lr is `lr` (every entry moves by lr, decay aside).
+  T effective_lr(const State&) const { return options_.lr; }
+  std::size_t workspace_bytes() const { return 0; }
+
+ private:
+  Options options_;
+  detail::DeviceStream stream_{};
+};
+
+}  // namespace matopt
