@@ -286,3 +286,26 @@ TEST_CASE(MATOPT_BACKEND ": QK-clip scales each clipped group's W_q and W_k rows
     }
   }
 }
+
+TEST_CASE(MATOPT_BACKEND ": a scale lr s(m, n) that is not finite throws before a second moment or W changes") {
+  using namespace matopt;
+  using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic>;
+  // NorMuon on 16 x 4: s = sqrt(16 / 4) = 2, so lr = 3e38 gives lr s = 6e38 > FLT_MAX; per head (2 blocks of 8 x 4)
+  // too. The host optimizer's check runs on the device step before the moment's S or W is written.
+  for (const int heads : {1, 2}) {
+    CAPTURE(heads);
+    NorMuon<float>::Options o;
+    o.lr = 3e38f;
+    o.precondition.heads = heads;
+    auto dev = test::Backend::optimizer<NorMuon<float>>(o);
+    const Mat w0 = test::randn<Mat>(16, 4, 1);
+    DeviceMatrix<float> w(16, 4, Layout::ColMajor), g(16, 4, Layout::ColMajor);
+    w.assign(w0);
+    g.assign(Mat(test::randn<Mat>(16, 4, 2)));
+    auto st = dev.make_state(w);
+    CHECK_THROWS_WITH_AS(dev.step(w, g, st), doctest::Contains("is not finite"), std::invalid_argument);
+    CHECK(to_host(w) == w0);
+    CHECK(st.steps == 0);
+    CHECK(st.precondition.second_moment.isZero(0));
+  }
+}

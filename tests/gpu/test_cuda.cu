@@ -127,6 +127,14 @@ struct Backend {
 
 using matopt::test::cases::compare_all_shapes;
 
+TEST_CASE("cuda backend: NorMuon on unequal row blocks reserves each block's row scratch (1024 x 1024, 768/128/128)") {
+  // The engine's row-norm scratch is not monotone in the rows: the 768-row block's column-major D needs more than the
+  // whole 1024 x 1024 matrix's (DeviceOptimizer::reserve reserves each block's shape).
+  matopt::NorMuon<float>::Options o;
+  o.precondition.split_sizes = {768, 128, 128};
+  matopt::test::compare_on<matopt::test::Backend, matopt::NorMuon<float>>(o, {{1024, 1024}});
+}
+
 TEST_CASE("cuda backend: Muon with TF32 and BF16 products stays close to the host, and is not FP32") {
   // The update W - W0 carries the NS error (tolerance as for NS below); W itself moves by lr * s * D. The reduced
   // precisions must also be measurably less accurate than FP32 on the same inputs: an engine that silently ran

@@ -16,7 +16,7 @@
 //   SecondMoment: the moments' scalar rules are the host's (second_moment.hpp). NorMuon's S (one entry per row or
 //     column) and NAMO's (one scalar) stay in the host State: each step downloads the k squared line norms and
 //     uploads k factors (k = m or n). AdaMuon's S (m n entries) lives in device memory (State::moment) and is
-//     copied through host memory only by checkpoints.
+//     copied through host memory only by checkpoints (into a copy of the host State).
 //   Row blocks: each block is formed, preconditioned and updated as a parameter of its own shape (as
 //     Optimizer::apply_blocks); a block of split_groups runs is formed run by run into the workspace.
 //   ExactPolar: the reference SVD runs on the host (the host policy itself, on a host copy of U: m n elements
@@ -132,6 +132,7 @@ struct DeviceWorkspace {
   Buffer<T> host_u;                          ///< ExactPolar: U in host memory (not in bytes())
   ExactPolar::Workspace<T> polar;            ///< ExactPolar: the host SVD's buffers (not in bytes())
   Buffer<T> host_lines;                      ///< NorMuon: the line statistics and factors (not in bytes())
+  Buffer<T> host_norms;                      ///< row blocks of split_groups runs: the runs' norms (not in bytes())
   /// Device bytes.
   std::size_t bytes() const {
     return (u.size() + x.size() + y.size() + a.size() + b.size() + q.size() + t.size() + scale.size() +
@@ -436,7 +437,7 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
   using P = SecondMoment<Inner, Moment>;
   using Options = typename P::Options;
   static constexpr bool device_state = DeviceMoment<Moment>::device_state;
-  /// The host State's S: empty when S lives in device memory (filled only while a checkpoint is written or read).
+  /// The host State's S: empty when S lives in device memory (a checkpoint fills it in a copy of the State).
   template <class T>
   static Eigen::Matrix<T, Eigen::Dynamic, 1>& host_state(typename P::template State<T>& s) {
     return s.second_moment;
@@ -638,41 +639,33 @@ class DeviceOptimizer {
     /// a W of the same shape and layout, and the other way round.
     template <class Writer>
     void write(Writer& w) const {
-      State& self = const_cast<State&>(*this);
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
       detail::device_synchronize();  // after the steps queued on the engine's stream
       thrust::copy(momentum.begin(), momentum.end(), m.data());
-      self.staged([&](auto& host) {  // a device-resident preconditioner state, in its host field while written
+      auto pre = precondition;  // a device-resident part (AdaMuon's S) copied into its host field
+      if constexpr (device_state) {
+        auto& host = Precondition::template host_state<T>(pre);
+        host.resize(Index(moment.size()));
         thrust::copy(moment.begin(), moment.end(), host.data());
-      });
-      detail::optimizer_state_fields(self, m, [&](const char* name, auto& v) { w.field(name, v); });
-      self.unstage();
+      }
+      detail::optimizer_state_fields(const_cast<State&>(*this), m, pre,
+                                     [&](const char* name, auto& v) { w.field(name, v); });
     }
     /// Restores in place (the checkpoint loader reads into a copy, so a failure leaves the live state alone).
     template <class Reader>
     void read(Reader& r) {
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
-      staged([](auto&) {});
-      detail::optimizer_state_fields(*this, m, [&](const char* name, auto& v) { r.field(name, v); });
+      auto pre = precondition;
+      if constexpr (device_state) Precondition::template host_state<T>(pre).resize(Index(moment.size()));
+      detail::optimizer_state_fields(*this, m, pre, [&](const char* name, auto& v) { r.field(name, v); });
       detail::device_synchronize();  // no step queued on the engine's stream still reads the old momentum
       thrust::copy(m.data(), m.data() + m.size(), momentum.begin());
-      staged([&](auto& host) { thrust::copy(host.data(), host.data() + host.size(), moment.begin()); });
-      unstage();
-    }
-
-   private:
-    /// f(host field) of a device-resident preconditioner state, sized to State::moment for a checkpoint; unstage()
-    /// empties it again. Nothing for other preconditioners.
-    template <class F>
-    void staged(F&& f) {
       if constexpr (device_state) {
-        auto& host = Precondition::template host_state<T>(precondition);
-        host.resize(Index(moment.size()));
-        f(host);
+        auto& host = Precondition::template host_state<T>(pre);
+        thrust::copy(host.data(), host.data() + host.size(), moment.begin());
+        host.resize(0);
       }
-    }
-    void unstage() {
-      if constexpr (device_state) Precondition::template host_state<T>(precondition).resize(0);
+      precondition = std::move(pre);
     }
   };
 
@@ -720,6 +713,8 @@ class DeviceOptimizer {
     detail::check_device_step<T>(where, w, g, state);
     detail::check_row_blocks<PreconditionerType, ScalingType, T>(options_.precondition, w.rows, w.cols, where);
     check_policy_state(state, w.rows, w.cols, where);
+    detail::check_step_coefficients<ScalingType>(options_.scaling, options_.lr, options_.weight_decay,
+                                                 options_.precondition, w.rows, w.cols);
     reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
     detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);
     if (!engine_.all_finite(gs)) {
@@ -799,8 +794,14 @@ class DeviceOptimizer {
     Precondition::reserve(ws_, options_.precondition, m, n);
     if constexpr (splits_rows) {
       const RowBlocks& b = options_.precondition;
-      if (b.blocked() && b.fits(m))
-        b.for_each(m, [&](const RowSet& r) { Precondition::reserve(ws_, options_.precondition, r.size(), n); });
+      if (b.blocked() && b.fits(m)) {
+        b.for_each(m, [&](const RowSet& r) {
+          Precondition::reserve(ws_, options_.precondition, r.size(), n);
+          // The engine's row scratch is not monotone in the rows (cuda::Engine::reserve): each block's shape too.
+          if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(r.size(), n);
+        });
+        ws_.host_norms.reserve(b.split_groups);
+      }
       if constexpr (batched_blocks)
         if (equal_blocks(m)) engine_.template reserve_batched<T>(b.count(), b.block(m, 0).size(), n);
     }
@@ -944,10 +945,10 @@ class DeviceOptimizer {
     return [this, b, g] {
       if (b.groups == 1) return engine_.norm(run_of(b, g, 0));
       T a = T(0), sum = T(0);
-      std::vector<T> norms(std::size_t(b.groups));
-      for (Index k = 0; k < b.groups; ++k) a = std::max(a, norms[std::size_t(k)] = engine_.norm(run_of(b, g, k)));
+      T* norms = ws_.host_norms.data();  // reserved for split_groups runs
+      for (Index k = 0; k < b.groups; ++k) a = std::max(a, norms[k] = engine_.norm(run_of(b, g, k)));
       if (!(a > T(0)) || !std::isfinite(a)) return a;
-      for (T x : norms) sum += (x / a) * (x / a);
+      for (Index k = 0; k < b.groups; ++k) sum += (norms[k] / a) * (norms[k] / a);
       return a * std::sqrt(sum);
     };
   }

@@ -57,8 +57,10 @@ void check_row_blocks(const Options& o, Index m, Index n, const char* where) {
 /// The fields of an Optimizer's per-parameter state, in checkpoint order (serialization/archive.hpp): f(name,
 /// field). `momentum` is the buffer as a host vector: the state's own, or DeviceOptimizer's host copy of its
 /// device buffer, so both write and read the same file.
-template <class S, class V, class F>
-void optimizer_state_fields(S& s, V& momentum, F&& f) {
+/// `precondition` is the preconditioner's state: the state's own, or DeviceOptimizer's copy holding a device-resident
+/// part in host memory.
+template <class S, class V, class P, class F>
+void optimizer_state_fields(S& s, V& momentum, P& precondition, F&& f) {
   f("rows", s.rows);
   f("cols", s.cols);
   f("layout", s.layout);
@@ -66,8 +68,24 @@ void optimizer_state_fields(S& s, V& momentum, F&& f) {
   f("skipped", s.skipped);
   f("zeroed", s.zeroed);
   f("momentum", momentum);
-  f("precondition", s.precondition);
+  f("precondition", precondition);
   f("scaling", s.scaling);
+}
+
+/// Static scales s(m, n) (and each row block's) that are not finite throw here, before a stateful preconditioner
+/// (SecondMoment) writes: host and device steps.
+template <class Scaling, class T, class PreconditionOptions>
+void check_step_coefficients(const typename Scaling::Options& so, T lr, T lambda, const PreconditionOptions& po,
+                             Index m, Index n) {
+  if constexpr (has_fused_step_v<Scaling>) {
+    if (m * n == 0) return;
+    Scaling::coefficients(so, lr, lambda, m, n);
+    if constexpr (std::is_base_of_v<RowBlocks, PreconditionOptions>) {
+      const RowBlocks& b = po;
+      if (b.blocked() && b.fits(m))
+        b.for_each(m, [&](const RowSet& r) { Scaling::coefficients(so, lr, lambda, r.size(), n); });
+    }
+  }
 }
 
 /// f(w, g) with W's view and G's data as StepMaps of W's storage order (one branch on it, so that f is compiled
@@ -136,7 +154,7 @@ class Optimizer {
     /// Every field, for checkpoints (serialization/checkpoint.hpp): f(name, field).
     template <class F>
     void fields(F&& f) {
-      detail::optimizer_state_fields(*this, momentum, f);
+      detail::optimizer_state_fields(*this, momentum, precondition, f);
     }
   };
 
@@ -186,6 +204,7 @@ class Optimizer {
       validate(options_, Defaults::name);
       const detail::GradAction action = check(w, g, state);
       Preconditioner::reserve(workspace_, options_.precondition, w.rows(), w.cols());
+      reserve_block_workspaces(w.rows(), w.cols(), detail::available_threads());
       run(w, g.derived(), action, state, workspace_);
     }
   }
@@ -309,9 +328,8 @@ class Optimizer {
     check_row_blocks(w.rows(), w.cols());
     if constexpr (detail::has_check_state_v<Preconditioner, decltype(state.precondition), decltype(options_.precondition)>)
       Preconditioner::check_state(state.precondition, options_.precondition, w.rows(), w.cols(), where);
-    // A static scale that is not finite throws here, before a stateful preconditioner (SecondMoment) writes.
-    if constexpr (detail::has_fused_step_v<Scaling>)
-      if (w.size() != 0) Scaling::coefficients(options_.scaling, options_.lr, options_.weight_decay, w.rows(), w.cols());
+    detail::check_step_coefficients<Scaling>(options_.scaling, options_.lr, options_.weight_decay, options_.precondition,
+                                             w.rows(), w.cols());
     if (detail::all_finite(g)) return detail::GradAction::Apply;
     switch (options_.non_finite) {
       case NonFinite::Skip: return detail::GradAction::Skip;

@@ -719,6 +719,7 @@ class Engine {
     check_float<T>();
     const Index r = a.rows;
     if (r <= 0 || count <= 0) return;
+    MATOPT_ASSERT(a.rs == 1 && a.cs == r);  // aol_factors reads A column-major with ld = r
     detail::aol_factors<T><<<dim3(unsigned(detail::index_min(detail::ceil_div(r, detail::kBlock), 1 << 20)),
                                   unsigned(detail::index_min(count, detail::kMaxGridY))),
                              detail::kBlock, 0, stream_>>>(a.data, r, a_stride, count, eps, d, d_stride);
