@@ -178,8 +178,10 @@ int main(int argc, char** argv) {
     b->ArgNames({"heads", "m", "n"})->Args({4, 128, 128})->Args({12, 768, 768})->Args({16, 2048, 2048})->Args({1, 64, 768});
     b->Unit(benchmark::kMillisecond)->UseRealTime();
   }
+  // 64 of 256 x 256; 16 of 64 x 768 and the GPT example's 12 of 128 x 512 (small products, not <= 256 x 256).
   benchmark::RegisterBenchmark("BM_StepBatch/muon", BM_StepBatch<mo::Muon<float>>)
-      ->ArgNames({"count", "m", "n"})->Args({64, 256, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
+      ->ArgNames({"count", "m", "n"})->Args({64, 256, 256})->Args({16, 64, 768})->Args({12, 128, 512})
+      ->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("BM_StepBatch/rmnp", BM_StepBatch<mo::RMNP<float>>)
       ->ArgNames({"count", "m", "n"})->Args({64, 256, 256})->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::Initialize(&argc, argv);

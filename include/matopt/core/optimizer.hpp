@@ -271,10 +271,16 @@ class Optimizer {
   template <Layout L>
   void step_map(detail::StepMap<T, L> w, detail::StepMap<const T, L> g, State& state);
 
-  /// Whether the batched step runs this parameter in its parallel part: small, and an engine that can be
-  /// held to the calling thread (a threaded BLAS called from several threads at once oversubscribes the
-  /// cores: 64 x 256^2 Muon ran at 0.47x the FLOP rate of one 2048^2 that way).
-  static bool small(Index m, Index n) { return detail::kEngineSerializable && std::max(m, n) <= detail::kTile; }
+  /// Whether the batched step runs this parameter in its parallel part, one thread each: an engine that can be
+  /// held to the calling thread (a threaded BLAS called from several threads at once oversubscribes the cores:
+  /// 64 x 256^2 Muon ran at 0.47x the FLOP rate of one 2048^2 that way), products at most a kTile^3 problem (the
+  /// steps serial_products holds to one thread anyway: 64 x 768, the GPT example's 128 x 512) and at most
+  /// 4 kTile^2 elements (a long thin normalization keeps its threaded row passes).
+  static bool small(Index m, Index n) {
+    const double tile = double(detail::kTile);
+    return detail::kEngineSerializable && double(m) * double(n) <= 4 * tile * tile &&
+           (std::max(m, n) <= detail::kTile || serial_products(m, n));
+  }
 
   /// Under the BLAS engine, whether a step holds OpenBLAS to one thread: when its largest product (r^2 s for
   /// Newton-Schulz, r = min(m, n), s = max(m, n)) is at most a kTile^3 problem. OpenBLAS's threads do not pay
