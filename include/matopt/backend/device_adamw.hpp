@@ -24,9 +24,7 @@
 #include <thrust/copy.h>
 #include <thrust/device_vector.h>
 #include <thrust/for_each.h>
-#include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/transform_reduce.h>
 
 #include "matopt/adamw.hpp"
 #include "matopt/backend/device_matrix.hpp"
@@ -149,24 +147,12 @@ class DeviceAdamW {
     Host::validate(options_, where);
     detail::check_device_step<T>(where, w, g, state);
     const auto policy = detail::on_stream(stream_);
-    const bool finite = thrust::transform_reduce(policy, thrust::counting_iterator<Index>(0),
-                                                 thrust::counting_iterator<Index>(g.size()),
-                                                 detail::FiniteAt<T>{detail::strided(g.data, g.rows, g.cols, w.layout)},
-                                                 true, thrust::logical_and<bool>());
-    if (!finite) {
-      if (options_.non_finite == NonFinite::Skip) {
-        ++state.skipped;
-        return;
-      }
-      if (options_.non_finite != NonFinite::Zero)
-        detail::fail(where, "G (", detail::shape_string(g.rows, g.cols),
-                     ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
-      ++state.zeroed;
-    }
+    const detail::GradAction action = detail::device_gradient_action(policy, where, w, g, options_.non_finite, state);
+    if (action == detail::GradAction::Skip) return;
     const std::int64_t t = ++state.steps;
     const detail::AdamWOp<T> op{w.data, g.data, detail::raw(state.m), detail::raw(state.v),
                                 detail::AdamWCoefficients<T>::at(options_, t), options_.weight_decay != T(0),
-                                !finite};
+                                action == detail::GradAction::Zero};
     thrust::for_each(policy, thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
   }
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) const { step(w.view(), g.view(), state); }

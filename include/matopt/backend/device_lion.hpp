@@ -19,9 +19,7 @@
 #include <thrust/copy.h>
 #include <thrust/device_vector.h>
 #include <thrust/for_each.h>
-#include <thrust/functional.h>
 #include <thrust/iterator/counting_iterator.h>
-#include <thrust/transform_reduce.h>
 
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/backend/thrust.hpp"
@@ -137,24 +135,12 @@ class DeviceLion {
     Host::validate(options_, where);
     detail::check_device_step<T>(where, w, g, state);
     const auto policy = detail::on_stream(stream_);
-    const bool finite = thrust::transform_reduce(policy, thrust::counting_iterator<Index>(0),
-                                                 thrust::counting_iterator<Index>(g.size()),
-                                                 detail::FiniteAt<T>{detail::strided(g.data, g.rows, g.cols, w.layout)},
-                                                 true, thrust::logical_and<bool>());
-    if (!finite) {
-      if (options_.non_finite == NonFinite::Skip) {
-        ++state.skipped;
-        return;
-      }
-      if (options_.non_finite != NonFinite::Zero)
-        detail::fail(where, "G (", detail::shape_string(g.rows, g.cols),
-                     ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
-      ++state.zeroed;
-    }
+    const detail::GradAction action = detail::device_gradient_action(policy, where, w, g, options_.non_finite, state);
+    if (action == detail::GradAction::Skip) return;
     ++state.steps;
     const Options& o = options_;
-    const detail::LionOp<T> op{w.data,  g.data,   detail::raw(state.m), o.lr, T(1) - o.lr * o.weight_decay,
-                               o.beta1, o.beta2,  o.weight_decay != T(0), !finite};
+    const detail::LionOp<T> op{w.data, g.data, detail::raw(state.m), o.lr, T(1) - o.lr * o.weight_decay, o.beta1,
+                               o.beta2, o.weight_decay != T(0), action == detail::GradAction::Zero};
     thrust::for_each(policy, thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
   }
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) const { step(w.view(), g.view(), state); }

@@ -47,6 +47,7 @@
 
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/core/errors.hpp"
+#include "matopt/core/norms.hpp"
 #include "matopt/core/optimizer.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/traits.hpp"
@@ -800,7 +801,7 @@ class DeviceOptimizer {
           // The engine's row scratch is not monotone in the rows (cuda::Engine::reserve): each block's shape too.
           if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(r.size(), n);
         });
-        ws_.host_norms.reserve(b.split_groups);
+        ws_.host_norms.reserve(b.split_groups);  // >= 1
       }
       if constexpr (batched_blocks)
         if (equal_blocks(m)) engine_.template reserve_batched<T>(b.count(), b.block(m, 0).size(), n);
@@ -940,16 +941,12 @@ class DeviceOptimizer {
       }
     };
   }
-  /// ||G_b||_F from the runs' norms (core/norms.hpp's rule: no overflow), when a moment asks (NAMO).
+  /// ||G_b||_F, when a moment asks (NAMO): the norm of the runs' norms (core/norms.hpp's robust_norm).
   auto block_g_norm(const RowSet& b, detail::Strided<const T> g) {
     return [this, b, g] {
-      if (b.groups == 1) return engine_.norm(run_of(b, g, 0));
-      T a = T(0), sum = T(0);
-      T* norms = ws_.host_norms.data();  // reserved for split_groups runs
-      for (Index k = 0; k < b.groups; ++k) a = std::max(a, norms[k] = engine_.norm(run_of(b, g, k)));
-      if (!(a > T(0)) || !std::isfinite(a)) return a;
-      for (Index k = 0; k < b.groups; ++k) sum += (norms[k] / a) * (norms[k] / a);
-      return a * std::sqrt(sum);
+      auto norms = ws_.host_norms.vector(b.groups);  // reserved for split_groups runs
+      for (Index k = 0; k < b.groups; ++k) norms[k] = engine_.norm(run_of(b, g, k));
+      return detail::robust_norm(norms);
     };
   }
   /// W_b <- the Static update of block b's shape with D_b (its runs from D's rows, in order).

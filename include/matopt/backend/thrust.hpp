@@ -553,6 +553,30 @@ struct ThrustEngine {
   }
 };
 
+namespace detail {
+/// The element-wise device optimizers' gradient check (DeviceAdamW, DeviceLion), after the argument checks: Apply
+/// for a finite G; under a non-finite G the policy's action with its counter advanced (Skip, Zero), or (Throw) an
+/// error naming G's shape, nothing changed. One Thrust reduction on `policy`.
+template <class Policy, class T, class State>
+GradAction device_gradient_action(const Policy& policy, const char* where, DeviceMatrixView<T> w,
+                                  DeviceMatrixView<const T> g, NonFinite non_finite, State& state) {
+  const bool finite = thrust::transform_reduce(policy, thrust::counting_iterator<Index>(0),
+                                               thrust::counting_iterator<Index>(g.size()),
+                                               FiniteAt<T>{strided(g.data, g.rows, g.cols, w.layout)}, true,
+                                               thrust::logical_and<bool>());
+  if (finite) return GradAction::Apply;
+  if (non_finite == NonFinite::Skip) {
+    ++state.skipped;
+    return GradAction::Skip;
+  }
+  if (non_finite != NonFinite::Zero)
+    fail(where, "G (", shape_string(g.rows, g.cols),
+         ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+  ++state.zeroed;
+  return GradAction::Zero;
+}
+}  // namespace detail
+
 /// A device optimizer on Thrust's configured device system (see the file comment).
 template <class HostOptimizer>
 using ThrustOptimizer = DeviceOptimizer<HostOptimizer, ThrustEngine>;

@@ -733,27 +733,33 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
+/// Pass 1 of the two-pass row scheme: partial[c * rows + i] = the sum of squares of chunk c of row i (empty rows: a
+/// single zero chunk). Returns the number of chunks.
+template <class T, class Src>
+Index launch_row_partials(const Src& src, Index rows, Index cols, bool contiguous, T* partial, cudaStream_t stream) {
+  const Index chunks = row_chunks(rows, cols, contiguous);
+  if (cols <= 0) {
+    MATOPT_CUDA_CHECK(cudaMemsetAsync(partial, 0, sizeof(T) * std::size_t(rows), stream));  // empty rows: norm 0
+  } else if (contiguous) {
+    row_partials_along<T><<<dim3(unsigned(chunks), unsigned(index_min(rows, kMaxGridY))), kBlock, 0, stream>>>(
+        src, rows, cols, chunks, partial);
+    MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_along");
+  } else {
+    row_partials_across<T>
+        <<<dim3(unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), unsigned(index_min(chunks, kMaxGridY))), kBlock, 0,
+           stream>>>(src, rows, cols, chunks, partial);
+    MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_across");
+  }
+  return chunks;
+}
+
 /// The two-pass row scheme's passes 1 and 2 (out = numerator / max(||U_i||, eps)); `partial` holds
 /// rows * row_chunks(rows, cols, contiguous) values.
 template <class T, class Src>
 void launch_row_scales(const Src& src, Index rows, Index cols, bool contiguous, T* partial, T numerator, T eps, T* out,
                        cudaStream_t stream) {
   if (rows <= 0) return;
-  const Index chunks = row_chunks(rows, cols, contiguous);
-  if (cols > 0) {
-    if (contiguous) {
-      row_partials_along<T><<<dim3(unsigned(chunks), unsigned(index_min(rows, kMaxGridY))), kBlock, 0, stream>>>(
-          src, rows, cols, chunks, partial);
-      MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_along");
-    } else {
-      row_partials_across<T>
-          <<<dim3(unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), unsigned(index_min(chunks, kMaxGridY))), kBlock,
-             0, stream>>>(src, rows, cols, chunks, partial);
-      MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_across");
-    }
-  } else {
-    MATOPT_CUDA_CHECK(cudaMemsetAsync(partial, 0, sizeof(T) * std::size_t(rows), stream));  // empty rows: norm 0
-  }
+  const Index chunks = launch_row_partials(src, rows, cols, contiguous, partial, stream);
   row_finish<T><<<unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), kBlock, 0, stream>>>(
       src, rows, cols, chunks, partial, numerator, eps, out);
   MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_finish");
@@ -772,25 +778,10 @@ __global__ void __launch_bounds__(kBlock) row_sums_finish(Index rows, Index chun
 /// out[i] = ||u_i||^2 (NorMuon's line statistics): pass 1 of the row scheme, then the chunk sums.
 template <class T>
 void launch_row_squared_norms(Strided<const T> u, bool contiguous, T* partial, T* out, cudaStream_t stream) {
-  const Index rows = u.rows, cols = u.cols;
-  if (rows <= 0) return;
-  const Index chunks = row_chunks(rows, cols, contiguous);
-  if (cols <= 0) {
-    MATOPT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(T) * std::size_t(rows), stream));
-    return;
-  }
-  if (contiguous) {
-    row_partials_along<T><<<dim3(unsigned(chunks), unsigned(index_min(rows, kMaxGridY))), kBlock, 0, stream>>>(
-        PlainRows<T>{u}, rows, cols, chunks, partial);
-    MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_along");
-  } else {
-    row_partials_across<T>
-        <<<dim3(unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), unsigned(index_min(chunks, kMaxGridY))), kBlock, 0,
-           stream>>>(PlainRows<T>{u}, rows, cols, chunks, partial);
-    MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_partials_across");
-  }
-  row_sums_finish<T><<<unsigned(index_min(ceil_div(rows, kBlock), 1 << 20)), kBlock, 0, stream>>>(rows, chunks, partial,
-                                                                                                 out);
+  if (u.rows <= 0) return;
+  const Index chunks = launch_row_partials(PlainRows<T>{u}, u.rows, u.cols, contiguous, partial, stream);
+  row_sums_finish<T><<<unsigned(index_min(ceil_div(u.rows, kBlock), 1 << 20)), kBlock, 0, stream>>>(u.rows, chunks,
+                                                                                                   partial, out);
   MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::row_sums_finish");
 }
 
