@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt's GPU benchmarks (Google Benchmark; names are stable; JSON with --benchmark_out=<file>
 // --benchmark_out_format=json; scripts/gpu-check.sh runs them with --benchmark_repetitions=5). Times are
 // CUDA-event times of the work on the engine's stream (UseManualTime; names end in /manual_time); counters are

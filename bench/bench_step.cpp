@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt's CPU benchmarks (Google Benchmark; names are stable, shapes in ArgNames; JSON with
 // --benchmark_format=json). Each reference needed for the ratios of performance.md runs in the same binary:
 //   BM_Gemm/<engine>/n             the engine's SGEMM (C = A B, n x n), naive FLOP/s

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Runs matopt's CPU benchmark and a PyTorch CPU reference of the same steps in one invocation and prints
 the ratios of shared/design/performance.md. Uses Debian's python3-torch (fp32, same thread count).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Force-included (g++ -include) into matopt's own tests, examples and benchmarks; never installed, never on the
 // exported target.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Steps every preset on the same least-squares problem, min_W 1/2 ||W X - Y||^2 with a planted W*,
 // and prints the loss after each phase, the optimizer time per step, and each preset's effective lr.
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Theorems 1 and 2 of the blog (spec §7), reproduced numerically: the gradient outer products of a two-layer
 // ReLU net at initialization, and how diagonally dominant G1 G1^T and G2 G2^T are, in expectation and per
 // realized matrix.

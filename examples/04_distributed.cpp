@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Data-parallel training with sharded optimizer state (docs/distributed.md):
 //   mpirun -np 2 ./04_distributed        (add --oversubscribe for more ranks than cores)
 // A synthetic model of many matrices; each rank computes a local gradient of a least-squares loss on its

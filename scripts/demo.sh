@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The README's demo command: installs dependencies (scripts/setup.sh: Eigen, zlib, the Fashion-MNIST data,
 # gnuplot), builds the fashion_mnist example and trains a 784-512-512-10 MLP on Fashion-MNIST for 5 epochs
 # with Muon, RMNP, ColNorm, OrScale (hidden matrices; head and biases on AdamW) and AdamW alone. Prints a

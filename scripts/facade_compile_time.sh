@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Compile time of a run-time-configured translation unit (bench/compile_time/facade_presets.cpp: every preset
 # built by name through the facade and stepped, float and double, plus a HybridOptimizer), header-only and
 # against the compiled matopt::runtime target (issue 18). Prints CPU seconds (user + system) of each compile,

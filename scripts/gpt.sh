@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The GPT experiment (docs/gpt.md): installs dependencies (scripts/setup.sh: libtorch, the fortunes text,
 # gnuplot), builds examples/gpt and trains a byte-level GPT on Debian's fortunes with Muon, RMNP, ColNorm,
 # OrScale (hidden matrices; embeddings, head and vectors on AdamW), matopt's AdamW and torch::optim::AdamW, from

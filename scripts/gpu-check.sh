@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The CUDA backend's check on a machine with an NVIDIA GPU (issue 4), in one command: configure a CUDA build,
 # build only the GPU tests and the GPU benchmark with every core, run `ctest -L gpu`, run the benchmark with
 # JSON output, and print a short table last. Sized for an H200 with 16 cores: under 8 minutes.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Golden data for matopt's tests, from an independent implementation in PyTorch (float64).
 
 Each optimizer below is written the way its reference code writes it:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """Golden data for matopt's optimizer variants, from an independent implementation in PyTorch (float64).
 
 m, n are the rows and columns of W; NS is Newton-Schulz (wide orientation, X / (|X|_F + 1e-7)) with the

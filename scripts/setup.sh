@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Installs what matopt's build, tests, examples and benchmarks need, from Debian's packages.
 # Idempotent: runs apt-get only when something is missing. Needs root (or sudo).
 #   ./scripts/setup.sh          build, tests (both GEMM engines, sanitizers, fuzzing), examples (Fashion-MNIST

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The README's test command: installs dependencies, then builds and runs every matopt test in two builds, each
 # with the compiler that compiles it fastest (docs/reliability.md#ci: Clang 14 at -O0 under ASan + UBSan compiles
 # these Eigen-heavy test files about 3x faster than GCC 12 at -O1 without them; GCC is what most users build the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt::runtime (CMake option MATOPT_BUILD_RUNTIME): the run-time side of matopt compiled once, as fmt and
 // spdlog offer. The facade (make_optimizer builds every preset by name), AnyOptimizer and the hybrid container,
 // for float and double. Programs that link matopt::runtime get MATOPT_RUNTIME_COMPILED, under which the headers

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt::runtime: the row/column-normalization and elementwise presets (src/runtime_presets.hpp).
 #include "runtime_presets.hpp"
 

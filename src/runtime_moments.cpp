@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt::runtime: the second-moment presets (issue 20) (src/runtime_presets.hpp).
 #include "runtime_presets.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt::runtime: the Newton–Schulz presets (src/runtime_presets.hpp).
 #include "runtime_presets.hpp"
 

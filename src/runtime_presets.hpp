@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt::runtime's preset files (runtime_*.cpp): each compiles the facade's models (AnyOptimizer's type-erased
 // step, state and options of a preset, behind detail::configured) of a few presets for float and double. The
 // presets are split over several files so that the library builds in parallel: in one file, the thirteen presets

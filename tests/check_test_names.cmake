@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # CTest's doctest discovery splits a test name at ';' (a CMake list separator): the pieces match no test case,
 # so such a test would "pass" without running. This check fails on any TEST_CASE name with a ';'.
 file(GLOB sources ${SOURCE_DIR}/*.cpp ${SOURCE_DIR}/*.hpp ${SOURCE_DIR}/gpu/*.cu)

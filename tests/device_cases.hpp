@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Device test cases shared by tests/test_thrust_cases.cpp (ThrustEngine) and tests/gpu/test_cuda.cu
 // (cuda::Engine).

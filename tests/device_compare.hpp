@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The host-vs-device comparison of the device suites (tests/test_thrust.cpp: ThrustEngine; tests/gpu/test_cuda.cu:
 // cuda::Engine; the cases both run, tests/device_cases.hpp and tests/device_step_cases.hpp): a device optimizer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Optimizer-step cases shared by the Thrust suite (tests/test_thrust.cpp: ThrustEngine, on Thrust's CPP/OMP
 // system, and on its CUDA system through tests/gpu/test_thrust_cuda.cu) and the CUDA suite

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The peers' variants on a device engine (issue 20): NorMuon (both axes), AdaMuon, NAMO, PolarGrad, Turbo-Muon
 // (plain and Gram NS), per-head and split row blocks (Megatron's interleaved QKV included), per-head second

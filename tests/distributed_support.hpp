@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Helpers of the distributed tests (test_sharded.cpp without MPI, test_distributed.cpp under mpirun): a
 // model of matrices of mixed shapes and layouts, per-rank local gradients whose mean is world-size

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // doctest for a test file that includes libtorch first: libtorch's logging (glog) defines CHECK, CHECK_EQ etc.,
 // which are doctest's names; from here on they are doctest's.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Force-included into every host test file (tests/CMakeLists.txt): the heaviest templates the suite
 // instantiates, declared extern so that each file does not compile them again; tests/kernel_instantiations.cpp
 // instantiates them once. The same code runs: this only moves where the compiler instantiates it (measured:

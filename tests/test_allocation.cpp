@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Zero heap allocation inside step after make_state (performance.md target 5), for every preset (by name: the
 // facade runs the same Optimizer::step code, compiled once in matopt::runtime), both storage orders, the
 // compositions, the batched step, the facade and the hybrid container. Counts every malloc of the process

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The public contract (architecture.md): options, validation and bad input (nothing changes on a throw),
 // odd shapes, storage orders and Eigen argument kinds, the run-time facade and the hybrid container.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Checkpoints (issue: reliability): round trips that resume bitwise for every preset and composition,
 // rejection of truncated, corrupted, wrong-version, wrong-type, wrong-optimizer and wrong-shape files with
 // the live state unchanged, and kill-and-resume with real processes (fork + SIGKILL).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Diagnostics (spec §6) against independent references: a direct O(m^2 n) loop for diagonal dominance,
 // Eigen's JacobiSVD and constructed spectra U = Q1 diag(s) Q2^T for the spectral measurements, the
 // published Jordan NS5 threshold, and a constructed least-squares problem for the exact-polar stable step.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ShardedOptimizer over MPI (run by CTest under mpirun with 1, 2 and 4 ranks, label `mpi`): the sharded
 // trajectory equals the single-process one bitwise (see distributed_support.hpp for why bitwise is
 // attainable), measured traffic equals the formula of docs/distributed.md, a checkpoint written by p ranks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Fashion-MNIST loader (examples/common/fashion_mnist.hpp) on synthetic IDX .gz files, and on the real
 // data when it is installed.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The matrix presets, Newton–Schulz at matrix level and AdamW against golden data from PyTorch
 // (scripts/make_golden.py, float64, sharing no code with the library): W after steps 1, 2 and 3 for both storage
 // orders, float and double. The update W_k - W_0 is checked too, so the comparison is not dominated by W_0.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The GPT example's model and data (examples/gpt): the model's gradient against central finite differences
 // on a tiny float64 configuration, causality, and the fortunes loader on synthetic folders.
 #include <cmath>

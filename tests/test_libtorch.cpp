@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt::TorchOptimizer (include/matopt/integration/libtorch.hpp): routing, bitwise agreement with
 // HybridOptimizer on the same views, the AdamW route against torch::optim::AdamW (an independent
 // implementation), param-group lr changes and libtorch's schedulers, save/load, refused tensors.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Fashion-MNIST example's MLP (examples/fashion_mnist/mlp.hpp): backpropagation against central finite
 // differences in double, and the forward pass against a direct evaluation.
 #include <doctest/doctest.h>

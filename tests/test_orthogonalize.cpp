@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Orthogonalize against independent references: the closed-form polar factor Q1 Q2^T of
 // U = Q1 diag(sigma) Q2^T, and Eigen's SVD.
 #include <doctest/doctest.h>

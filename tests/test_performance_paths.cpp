@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The optimized paths against the reference path: symmetric Newton–Schulz (tiled, parallel), the fused
 // one-pass normalization kernels and the batched step give the same numbers as straightforward Eigen
 // code (thread-count determinism: test_threads.cpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Momentum, normalization, scaling and AdamW policies against hand-computed closed forms (spec §1-§4).
 #include <cmath>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Numerical robustness (issue: reliability): norms without overflow or underflow at extreme magnitudes,
 // denormals, the documented results for zero rows and zero matrices, and property tests over random
 // shapes, storage orders, scalar types and hyperparameters.

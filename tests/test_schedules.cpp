@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Newton–Schulz schedules and generators against the published numbers of spec §2.1.
 #include <cmath>
 #include <stdexcept>

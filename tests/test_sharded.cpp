@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // ShardedOptimizer and the Communicator interface in one process (no MPI): the planner, SingleProcess's
 // semantics and byte counters, equality with the plain optimizer, errors, checkpoints.
 #include <cmath>

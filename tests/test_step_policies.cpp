@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What a step does around the math: the non-finite-gradient policy, telemetry, the spectral cap (spec §5)
 // and the adaptive Row/Orthogonalize preconditioner. References: exact SVD (Eigen's JacobiSVD), the
 // presets stepped on a cleaned gradient, and direct computation of U and the update.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shared helpers of matopt's tests: reference oracles, random inputs, golden data.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The engine as users build it: Newton–Schulz through the configured GEMM engine against plain Eigen code, and
 // results that do not depend on the number of threads: bitwise the same W for 1, 2 and 3 OpenMP threads (3 is more
 // than this machine's 2 cores, so rows split unevenly). Built with -O2 -march=native into matopt_native_tests (the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The Thrust backend against the Eigen backend (issue: GPU backends). Built with g++ and Thrust's CPP or
 // OMP device system in CI (the whole suite on the CPU), and as CUDA source (label gpu) when
 // MATOPT_THRUST_DEVICE_SYSTEM=CUDA. The step cases shared with the CUDA suite (tests/device_step_cases.hpp:

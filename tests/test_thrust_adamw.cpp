@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // DeviceAdamW (backend/device_adamw.hpp) against the host AdamW: the same W and moments after every step,
 // float and double, both storage orders, odd shapes; the non-finite policies; bad input changes nothing;
 // checkpoints move between the host and device optimizers. DeviceLion (backend/device_lion.hpp) against Lion's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The peers' variants (issue 20; ../shared/design/variants.md): NorMuon, AdaMuon, NAMO, PolarGrad, Turbo-Muon, Dion, Lion, the
 // cautious and lr-independent weight decay and the lr rules, against golden data from PyTorch
 // (scripts/make_golden_variants.py, float64, written from variants.md): W after each of three steps within

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The Thrust backend of the shared device cases (tests/device_cases.hpp, tests/device_step_cases.hpp): one
 // definition for the translation units of the Thrust suite.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // What a framework's run-time-configured translation unit looks like (issue 18): every preset built by name
 // through the facade, one step each, float and double, and a HybridOptimizer. scripts/facade_compile_time.sh
 // compiles it header-only and against matopt::runtime, and runs the linked program.

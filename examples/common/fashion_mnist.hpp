@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Header-only loader for Fashion-MNIST (Xiao, Rasul, Vollgraf 2017, arXiv 1708.07747), which uses the
 // MNIST IDX format (LeCun et al.): big-endian u32 magic 0x00000803 (images) / 0x00000801 (labels), then

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Thread setup for the libtorch examples. libtorch and matopt share Debian's libgomp, and libtorch's first
 // parallel call sets OpenMP's thread count to libtorch's own default: so set (or read) libtorch's count first,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Trains the same MLP on Fashion-MNIST with each matrix optimizer (through matopt::HybridOptimizer) and
 // with AdamW alone, from the same initial weights, and reports test accuracy, training loss, the time
 // spent in the optimizer step apart from forward/backward, and the diagonal dominance of U U^T for every

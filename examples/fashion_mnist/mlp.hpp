@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A fully connected ReLU network with a softmax cross-entropy loss, written with Eigen, templated on the
 // scalar so the test can check its gradient in double against central finite differences.

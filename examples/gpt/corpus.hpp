@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The GPT example's text: the plain-text files of Debian's `fortunes` package (/usr/share/games/fortunes),
 // concatenated in sorted name order, as bytes (a 256-symbol vocabulary); the first 90% for training, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // A byte-level GPT (examples/gpt/model.hpp) trained on the text of Debian's `fortunes` package with each
 // optimizer from the same initial weights and the same batch sequence. The matrix optimizers (Muon, RMNP,
 // ColNorm, OrScale) run through matopt::TorchOptimizer (hidden matrices; embeddings, head and vectors on

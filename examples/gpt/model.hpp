@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A byte-level GPT in libtorch (torch::nn): pre-LN transformer blocks with separate q, k, v, o projections
 // (no bias), causal softmax attention, a GELU MLP d -> 4d -> d (no bias), token + learned position

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // matopt inside libtorch: a torch::nn MLP trained on Fashion-MNIST twice from the same initial weights,
 // (a) by matopt::TorchOptimizer (include/matopt/integration/libtorch.hpp: hidden matrices -> a Muon-family
 //     preset, biases and the output head -> AdamW), a torch::optim::Optimizer that steps the tensors' own

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // AdamW (Loshchilov & Hutter, arXiv 1711.05101) for the parameters that are not hidden matrices: biases,
 // norms, embeddings, output heads (spec §4). The same step as torch.optim.AdamW:

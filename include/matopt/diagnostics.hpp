@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // matopt diagnostics (spec §6): the seeds' measurements as library functions. Diagonal dominance of
 // U U^T, singular-value quantiles, orthogonality residual, spectral flatness and the exact-polar stable

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Lion (Chen et al., arXiv 2302.06675; google/automl lion_pytorch.py, = lucidrains/lion-pytorch update_fn) for
 // the parameters that are not hidden matrices, in place of AdamW (../shared/design/variants.md §8):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // matopt: matrix-aware optimizers (Muon, MoonlightMuon, RMNP, ColNorm, OrScale, AdamW and compositions of
 // their policies) for Eigen matrices on the CPU. The CPU umbrella: needs Eigen only.

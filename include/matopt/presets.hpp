@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The published optimizers as named compositions (spec §4):
 // | preset        | momentum            | preconditioner     | scaling                  | lr    | lambda |

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // QK-clip (MuonClip; Kimi K2, arXiv 2507.20534; NVIDIA Megatron-LM clip_qk; ../shared/design/variants.md §5),
 // applied after an optimizer step to the query and key projections of one attention layer:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // libFuzzer target for the checkpoint loader (issue: reliability). Every input is tried three times against
 // several optimizers: as a whole file (header parsing), and as a payload sealed with a valid header and checksum
 // for float and for double (so that mutations reach the field parser and the checks of what fields mean).

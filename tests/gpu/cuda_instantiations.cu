@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Every CUDA kernel and cuBLAS call site of matopt, compiled through explicit instantiations: what CI builds in
 // place of the GPU test executables (issue 18; they need a GPU to run and scripts/gpu-check.sh builds them).
 // Each line instantiates every non-template member of a device optimizer (make_state, step, the fused kernels

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // The CUDA backend (issue 4) against the Eigen backend. Needs an NVIDIA GPU to run (CTest label gpu; built
 // whenever nvcc is found; scripts/gpu-check.sh builds and runs it on a GPU machine).
 //

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Builds and runs tests/package/consumer against matopt in one of three ways (MODE):
 #   install       cmake --install the build tree into WORK_DIR/prefix, then find_package(matopt CONFIG)
 #   subdirectory  add_subdirectory(SOURCE_DIR)
@@ -17,6 +18,14 @@ set(args -DMATOPT_MODE=${MODE} -DMATOPT_SOURCE_DIR=${SOURCE_DIR} -DCMAKE_BUILD_T
 if(MODE STREQUAL "install")
   run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
   list(APPEND args -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+  # The license travels with the install, and the package config names it.
+  if(NOT EXISTS ${WORK_DIR}/prefix/share/doc/matopt/LICENSE)
+    message(FATAL_ERROR "install: share/doc/matopt/LICENSE missing")
+  endif()
+  file(READ ${WORK_DIR}/prefix/share/cmake/matopt/matoptConfig.cmake config)
+  if(NOT config MATCHES "set\\(matopt_LICENSE \"MIT\"\\)")
+    message(FATAL_ERROR "install: matoptConfig.cmake does not set matopt_LICENSE to MIT")
+  endif()
 endif()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/package/consumer -B ${WORK_DIR}/build -G ${GENERATOR} ${args})
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/build)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The CUDA backend (architecture.md, "Backends"): include from CUDA translation units (.cu) and link
 // matopt::cuda. cuBLAS for the Newton–Schulz products (SYRK forms, FP32 / TF32 / BF16, strided-batched for

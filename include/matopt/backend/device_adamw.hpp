@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // DeviceAdamW<T>: AdamW (adamw.hpp; Loshchilov & Hutter, arXiv 1711.05101) on parameters in device memory,
 // for the parameters that are not hidden matrices (biases, norms, embeddings, heads: spec §4) when the

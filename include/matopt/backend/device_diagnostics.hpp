@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Diagnostics of matrices in device memory (spec §6), each computed by the host's one implementation:
 //  - diagonal dominance: the Gram matrix is formed on the device by the engine (SYRK in T, at least fp32 as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // DeviceLion<T>: Lion (lion.hpp; Chen et al., arXiv 2302.06675) on parameters in device memory, for the
 // parameters that are not hidden matrices when the weights live on the device, in place of DeviceAdamW. The host

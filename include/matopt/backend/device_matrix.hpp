@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Matrices in device memory (architecture.md, "Backends"): `DeviceMatrix<T>` owns a
 // `thrust::device_vector<T>`; `DeviceMatrixView<T>` is a non-owning view of a device buffer that a

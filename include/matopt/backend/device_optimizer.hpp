@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // DeviceOptimizer<HostOptimizer, Engine>: a matopt::Optimizer (a preset or a user composition) stepping
 // matrices in device memory. The step is Optimizer's (core/optimizer.hpp), stage for stage:

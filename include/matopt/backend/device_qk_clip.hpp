@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // QK-clip (qk_clip.hpp; MuonClip, Kimi K2 arXiv 2507.20534) on W_q and W_k in device memory: the host's rule
 // (detail::qk_clip_groups: checks, the groups above tau and their factors eta^alpha, eta^(1 - alpha)), each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The Thrust backend (architecture.md, "Backends"): every optimizer over device matrices, with the dense
 // and element-wise operations written as Thrust algorithms. The device system is Thrust's choice at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The dense products of Newton–Schulz, on contiguous matrices of either storage order (all operands of
 // one call in the same order), with the engine chosen at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Error reporting: bad input throws std::invalid_argument naming the parameter and the shapes, before
 // anything is written (architecture.md, "Errors and bad input").

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Euclidean norms that neither overflow nor underflow (issue: numerical robustness). The fast path is the
 // plain sum of squares; only when it leaves the normal range (inf for entries beyond sqrt(max), 0 or

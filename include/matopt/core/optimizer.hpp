@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // matopt::Optimizer: one matrix optimizer step as Momentum -> Preconditioner -> Scaling -> update
 // (architecture.md, "One idea"). Each stage is a policy; the presets in matopt/presets.hpp name the

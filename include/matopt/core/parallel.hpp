@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Threading: OpenMP when the including program is compiled with it (-fopenmp), serial otherwise.
 // Work is cut into pieces whose boundaries never depend on the thread count, and each piece is computed

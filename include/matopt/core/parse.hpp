@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Parsing of key/value option strings for the run-time facade; errors name the key and the value.
 

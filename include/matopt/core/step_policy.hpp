@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // What a step does around the math: the non-finite-gradient policy (architecture.md, "Errors and bad
 // input") and the telemetry hook (issue: diagnostics during training). Shared by Optimizer, AdamW, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Compile-time facts about Eigen matrix arguments.
 

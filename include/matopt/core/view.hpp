@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Non-owning views over a framework's parameter buffers, and the 2-D view of a conv weight.
 

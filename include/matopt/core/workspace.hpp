@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Flat scratch buffers sized once (make_state) and viewed as matrices inside step, so that step
 // allocates nothing.

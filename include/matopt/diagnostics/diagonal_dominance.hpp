@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Diagonal dominance of the Gram matrix P = U U^T (spec §6; blog §4; the RMNP code's
 // `compute_diagonal_dominance`, Dominator-Index/RMNP). When P is diagonal, Muon's (U U^T)^{-1/2} U is exactly

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Newton–Schulz analysis (spec §6; seed abstract 1, Magakyan, Parrilo, Ozdaglar): how a schedule maps a
 // normalized singular value after k steps, the smallest singular value it lifts into a band tau (the NS

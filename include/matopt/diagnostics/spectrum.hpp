@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Spectral diagnostics (spec §6):
 //  - singular-value quantiles of X = U / ||U||_F, the matrix Newton–Schulz sees (seed abstract 1:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // matopt::Communicator: the collectives the sharded optimizer needs (architecture.md, "Distribution"),
 // behind one interface with backends chosen at run time: SingleProcess (here), MpiCommunicator (mpi.hpp),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // MpiCommunicator: matopt::Communicator over an MPI communicator the caller created (MPI_COMM_WORLD or a
 // sub-communicator). It neither initializes, duplicates nor finalizes MPI: the caller calls MPI_Init before

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // NcclCommunicator: matopt::Communicator over an NCCL communicator (ncclComm_t) and a CUDA stream the
 // caller owns (ncclCommInitRank / ncclCommDestroy stay the caller's). Link matopt::nccl (CMake defines it

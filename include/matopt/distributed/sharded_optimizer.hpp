@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // ShardedOptimizer<Opt>: data-parallel training with the optimizer state sharded ZeRO-1 style
 // (Rajbhandari et al., arXiv 1910.02054): every rank holds all parameters and computes a local gradient;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A type-erased optimizer for frameworks configured at run time: build any preset from a name and
 // key/value options, step raw (pointer, shape, layout) views. The typed presets stay the zero-overhead

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // A model's optimizer: routes each parameter to the matrix optimizer or to AdamW (spec §4: Muon-family
 // optimizers are for hidden matrices only; biases, norms, embeddings and output heads go to AdamW), with

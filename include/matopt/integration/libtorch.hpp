@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // matopt as a libtorch optimizer: matopt::TorchOptimizer derives from torch::optim::Optimizer, so a libtorch
 // program switches to matopt by changing one line:

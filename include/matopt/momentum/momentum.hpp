@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Momentum policies (spec §1). Two conventions exist in the wild and both are offered by name:
 //   Ema (KellerJordan/Muon, torch.optim.Muon):  V <- beta V + (1 - beta) G,  Nesterov U = (1 - beta) G + beta V

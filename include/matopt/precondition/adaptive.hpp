@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Adaptive: per matrix, the cheap preconditioner (RowNormalize, Theta(mn)) while the Gram matrix of its U
 // stays diagonally dominant, and the exact one (Orthogonalize, Theta(mn min(m,n))) when it does not.

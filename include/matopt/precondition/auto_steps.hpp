@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // AutoSteps: Orthogonalize whose Newton–Schulz step count is re-planned per matrix from the momentum's own
 // spectrum (facade: `muon` with ns_steps=auto).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // ColNormalize (spec §2.3): D_{:,j} = U_{:,j} / max(||U_{:,j}||_2, eps) for each column j, i.e.
 // normalization over the output dimension. Scion (arXiv 2502.07529) pairs it with the radius sqrt(m)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // DionPowerIteration: Dion's step (arXiv 2504.05295; microsoft/dion dion_reference.py dion_update, one power
 // iteration, Householder QR; ../shared/design/variants.md §9) on one device, as a preconditioner that keeps

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The element-wise preconditioners (spec §2.4): Identity (SGD with momentum, D = U) and Sign (D = sign(U),
 // sign(0) = 0). With these, RowNormalize and ColNormalize, methods such as SRON, SCALE or SinkGD are a few

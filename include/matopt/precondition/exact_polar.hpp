@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Exact polar factor U V^T of the SVD U S V^T (spec §2.1): the reference Newton–Schulz approximates, and
 // an option for small matrices. Singular values at or below max(r, s) * eps(T) * s_max map to 0, as they do

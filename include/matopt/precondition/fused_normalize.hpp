@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // One-pass kernels for a whole normalization step (RowNormalize / ColNormalize with Static scaling):
 // momentum, normalization, decoupled weight decay and the update, reading G, V, W and writing V, W once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Run-time generators of Newton–Schulz schedules (spec §2.1):
 //  - Polar Express `optimal_composition` (Amsel, Persson, Musco, Gower, arXiv 2505.16932): per step the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Newton–Schulz orthogonalization (Muon; KellerJordan/Muon `zeropower_via_newtonschulz5`, spec §2.1).
 // Input X is r x s with r <= s (Orthogonalize transposes tall matrices). X <- X / (safety ||X||_F + eps),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The Newton–Schulz iteration as one algorithm for every backend (spec §2.1; cost model in
 // newton_schulz.hpp). A backend supplies an engine with the dense operations on its matrix handles

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // NuclearScaled<Inner>: PolarGrad's step direction (arXiv 2505.21799; timlautk/polargrad PolarGrad.step,
 // polar_first = false; ../shared/design/variants.md §7):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Orthogonalize: D = polar factor of U (Muon, spec §2.1), computed by `Method` (NewtonSchulz<Schedule>,
 // GramNewtonSchulz<Schedule> or ExactPolar), which works on r x s with r = min(m, n) <= s. U is copied into

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Structure-aware orthogonalization (issue 20; ../shared/design/variants.md §11): a weight whose rows are
 // several matrices is orthogonalized block by block, each block scaled by its own shape.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // RowNormalize (RMNP, arXiv 2603.20527; code Dominator-Index/RMNP, spec §2.2):
 // D_i = U_i / max(||U_i||_2, eps) for each row i, i.e. normalization over the input dimension.

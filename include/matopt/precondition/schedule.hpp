@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Newton–Schulz coefficient schedules (spec §2.1) and their scalar response.
 // Each step maps every singular value s of the normalized X through p_k(s) = a_k s + b_k s^3 + c_k s^5.

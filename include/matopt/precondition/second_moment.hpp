@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // SecondMoment<Inner, Moment>: a second moment of the preconditioned direction, kept per parameter
 // (../shared/design/variants.md §1-3). D = Inner(U) (Inner(sign U) for AdaMuon), then D' = Moment(D):

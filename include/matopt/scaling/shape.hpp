@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Shape rules s(m, n) of the static scaling W <- W - lr * s * D (spec §3.1). m = rows = fan-out,
 // n = cols = fan-in; a conv weight uses its 2-D view (out, in*kh*kw).

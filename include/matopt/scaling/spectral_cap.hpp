@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The spectral cap (spec §5; seed abstract 4: "projects out only the first-order growth of the single top
 // singular direction from each update"), as a step modifier wrapping any scaling policy:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Static scaling with decoupled weight decay (spec §3.1, §4):
 //   W <- W (1 - lr * lambda) - lr * s(m, n) * D

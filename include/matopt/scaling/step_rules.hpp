@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Run-time choices every scaling policy of a matrix preset accepts (issue 20; ../shared/design/variants.md
 // §4, §10): the lr rule s(m, n) and the form of the weight decay.

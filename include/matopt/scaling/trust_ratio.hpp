@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Trust-ratio scaling (spec §3.2). Weight decay is coupled here, not decoupled:
 //   D' = lambda W + s(m, n) Q      (Q = preconditioned direction; s = 1 for OrScale, MoonlightRms for -LM)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The binary form of optimizer state (checkpoint.hpp writes the file around it). A state lists its fields
 // with `fields(f)`, calling f(name, field) for each; the Writer appends, the Reader checks and restores:

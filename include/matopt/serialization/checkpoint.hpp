@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Checkpoints of optimizer state (architecture.md: versioned, checksummed, rejected when truncated or
 // corrupted with the live state untouched). Any optimizer with per-parameter states (every preset and

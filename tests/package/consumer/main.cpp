@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Steps one RMNP parameter and checks that every row of the update has the expected norm.
 #include <cmath>
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 // Builds every preset by name through matopt::runtime (the facade's instantiations are extern here) and steps it.
 #include <cmath>
 #include <cstdio>

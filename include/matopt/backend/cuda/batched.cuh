@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Handles for running the one Newton–Schulz algorithm (precondition/ns_algorithm.hpp) over a batch of
 // same-shape matrices with cuda::Engine: `Batched<T>` (count column-major rows x cols matrices, `stride`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Raw device and pinned host buffers of the CUDA backend's engine scratch: RAII, movable, grow-only.
 // Growing (cudaFree + cudaMalloc) happens only in Engine::reserve / reserve_batched / set_precision, never in

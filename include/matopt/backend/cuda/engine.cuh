@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // cuda::Engine: the CUDA backend's engine for DeviceOptimizer (backend/device_optimizer.hpp) and for the
 // one Newton–Schulz algorithm (precondition/ns_algorithm.hpp). It has ThrustEngine's operations

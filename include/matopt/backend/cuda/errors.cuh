@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // CUDA and cuBLAS status codes become exceptions at the host boundary (architecture.md, "Errors and bad
 // input"; style.md, "CUDA status checked at every host boundary"). Every runtime and cuBLAS call of the CUDA

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // The CUDA backend's kernels (launched by cuda::Engine, engine.cuh). Every kernel is a grid-stride loop,
 // so any shape runs with a bounded grid; every reduction has a fixed shape-derived layout (never the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // cuda::Optimizer<HostOptimizer>: any matopt optimizer (a preset or a composition) stepping device matrices
 // with cuda::Engine. Options, defaults, validation and every scalar rule are the host optimizer's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: MIT
 #pragma once
 // Orthogonalization of device matrices outside an optimizer, one matrix or a strided batch of same-shape
 // matrices, with the engine's precision (FP32 / TF32 / BF16) and the engine's own Newton–Schulz workspace:
