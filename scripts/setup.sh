@@ -2,13 +2,14 @@
 # SPDX-License-Identifier: MIT
 # Installs what matopt's build, tests, examples and benchmarks need, from Debian's packages.
 # Idempotent: runs apt-get only when something is missing. Needs root (or sudo).
-#   ./scripts/setup.sh          build, tests (both GEMM engines, sanitizers, fuzzing), examples (Fashion-MNIST
-#                               data, the fortunes text, gnuplot, libtorch), benchmarks
+#   ./scripts/setup.sh          build, tests (both GEMM engines, sanitizers, fuzzing, Thrust on the CPU), examples
+#                               (Fashion-MNIST data, the fortunes text, gnuplot, libtorch), benchmarks
 #   ./scripts/setup.sh bench    also PyTorch, for bench/compare.py and scripts/make_golden.py
 set -euo pipefail
 
 packages=(cmake make ninja-build g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev
-          zlib1g-dev dataset-fashion-mnist fortunes gnuplot-nox libtorch-dev clang libclang-rt-14-dev lld libopenmpi-dev openmpi-bin)
+          zlib1g-dev dataset-fashion-mnist fortunes gnuplot-nox libtorch-dev clang libclang-rt-14-dev lld libopenmpi-dev openmpi-bin
+          libthrust-dev)
 for group in "$@"; do
   case "$group" in
     bench) packages+=(python3-torch) ;;

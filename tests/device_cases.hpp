@@ -30,7 +30,7 @@ namespace matopt::test::cases {
 template <class T>
 std::vector<T> host_copy(const thrust::device_vector<T>& v) {
   std::vector<T> h(v.size());
-  thrust::copy(v.begin(), v.end(), h.begin());
+  matopt::detail::copy_n(v.begin(), v.size(), h.data());
   return h;
 }
 

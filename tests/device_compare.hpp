@@ -197,7 +197,7 @@ DeviceDifferences compare_device_with_host(Index m, Index n, int steps, const ty
     }
     if constexpr (Opt::MomentumType::has_buffer) {
       std::vector<T> v(ds.momentum.size());
-      thrust::copy(ds.momentum.begin(), ds.momentum.end(), v.begin());
+      matopt::detail::copy_n(ds.momentum.begin(), ds.momentum.size(), v.data());
       using RowMap = Eigen::Map<const detail::HostMat<T, Eigen::RowMajor>>;
       using ColMap = Eigen::Map<const detail::HostMat<T, Eigen::ColMajor>>;
       const Eigen::MatrixXd dv = layout == Layout::RowMajor

@@ -85,8 +85,8 @@ class DeviceAdamW {
     void write(Writer& w) const {
       typename Host::State h = to_host_state();
       detail::device_synchronize();  // after the steps queued on any stream
-      thrust::copy(m.begin(), m.end(), h.m.data());
-      thrust::copy(v.begin(), v.end(), h.v.data());
+      detail::copy_n(m.begin(), m.size(), h.m.data());
+      detail::copy_n(v.begin(), v.size(), h.v.data());
       w.state(h);
     }
     template <class Reader>
@@ -97,8 +97,8 @@ class DeviceAdamW {
       skipped = h.skipped;
       zeroed = h.zeroed;
       detail::device_synchronize();  // no queued step still reads the old moments
-      thrust::copy(h.m.data(), h.m.data() + h.m.size(), m.begin());
-      thrust::copy(h.v.data(), h.v.data() + h.v.size(), v.begin());
+      detail::copy_n(h.m.data(), h.m.size(), m.begin());
+      detail::copy_n(h.v.data(), h.v.size(), v.begin());
     }
 
    private:

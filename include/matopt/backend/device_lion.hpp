@@ -77,7 +77,7 @@ class DeviceLion {
     void write(Writer& w) const {
       typename Host::State h = to_host_state();
       detail::device_synchronize();  // after the steps queued on any stream
-      thrust::copy(m.begin(), m.end(), h.m.data());
+      detail::copy_n(m.begin(), m.size(), h.m.data());
       w.state(h);
     }
     template <class Reader>
@@ -88,7 +88,7 @@ class DeviceLion {
       skipped = h.skipped;
       zeroed = h.zeroed;
       detail::device_synchronize();  // no queued step still reads the old momentum
-      thrust::copy(h.m.data(), h.m.data() + h.m.size(), m.begin());
+      detail::copy_n(h.m.data(), h.m.size(), m.begin());
     }
 
    private:

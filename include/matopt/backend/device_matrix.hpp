@@ -40,6 +40,13 @@ inline void device_synchronize() {
 #endif
 }
 
+/// thrust::copy_n of n elements, nothing when n == 0: Thrust 1.17 (Debian's libthrust-dev) hands the null data()
+/// of an empty vector to memmove, which UndefinedBehaviorSanitizer rightly reports.
+template <class In, class Size, class Out>
+void copy_n(In first, Size n, Out out) {
+  if (n > 0) thrust::copy_n(first, n, out);
+}
+
 /// The stream a Thrust-only device optimizer (DeviceAdamW) queues its work on: a cudaStream_t with Thrust's CUDA
 /// system (nullptr: the legacy default stream), nothing on the CPU systems.
 #if THRUST_DEVICE_SYSTEM == THRUST_DEVICE_SYSTEM_CUDA
@@ -114,10 +121,10 @@ class DeviceMatrix {
     detail::device_synchronize();  // after the work queued on this matrix, on any stream
     if (layout_ == Layout::RowMajor) {
       const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> tmp = host;
-      thrust::copy(tmp.data(), tmp.data() + tmp.size(), data_.begin());
+      detail::copy_n(tmp.data(), tmp.size(), data_.begin());
     } else {
       const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor> tmp = host;
-      thrust::copy(tmp.data(), tmp.data() + tmp.size(), data_.begin());
+      detail::copy_n(tmp.data(), tmp.size(), data_.begin());
     }
   }
 

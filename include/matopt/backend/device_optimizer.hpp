@@ -643,12 +643,12 @@ class DeviceOptimizer {
     void write(Writer& w) const {
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
       detail::device_synchronize();  // after the steps queued on the engine's stream
-      thrust::copy(momentum.begin(), momentum.end(), m.data());
+      detail::copy_n(momentum.begin(), momentum.size(), m.data());
       auto pre = precondition;  // a device-resident part (AdaMuon's S) copied into its host field
       if constexpr (device_state) {
         auto& host = Precondition::template host_state<T>(pre);
         host.resize(Index(moment.size()));
-        thrust::copy(moment.begin(), moment.end(), host.data());
+        detail::copy_n(moment.begin(), moment.size(), host.data());
       }
       detail::optimizer_state_fields(const_cast<State&>(*this), m, pre,
                                      [&](const char* name, auto& v) { w.field(name, v); });
@@ -661,10 +661,10 @@ class DeviceOptimizer {
       if constexpr (device_state) Precondition::template host_state<T>(pre).resize(Index(moment.size()));
       detail::optimizer_state_fields(*this, m, pre, [&](const char* name, auto& v) { r.field(name, v); });
       detail::device_synchronize();  // no step queued on the engine's stream still reads the old momentum
-      thrust::copy(m.data(), m.data() + m.size(), momentum.begin());
+      detail::copy_n(m.data(), m.size(), momentum.begin());
       if constexpr (device_state) {
         auto& host = Precondition::template host_state<T>(pre);
-        thrust::copy(host.data(), host.data() + host.size(), moment.begin());
+        detail::copy_n(host.data(), host.size(), moment.begin());
         host.resize(0);
       }
       precondition = std::move(pre);
