@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Runs matopt's CPU benchmark and a PyTorch CPU reference of the same steps in one invocation and prints
-the ratios of shared/design/performance.md. Uses Debian's python3-torch (fp32, same thread count).
+the ratios of docs/performance.md (targets and cost model there). Uses Debian's python3-torch (fp32, same thread count).
 
   python3 bench/compare.py [--bench build/bench/matopt_bench] [--threads 2] [--repetitions 5] [--json out.json]
 """
