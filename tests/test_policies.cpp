@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Momentum, normalization, scaling and AdamW policies against hand-computed closed forms (spec §1-§4).
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
 
+#include <Eigen/SVD>
 #include <doctest/doctest.h>
 
 #include <matopt/adamw.hpp>
@@ -380,6 +385,205 @@ TEST_CASE("AutoSteps re-plans every plan_every steps and counts its Newton–Sch
   CHECK(s.precondition.ns_steps > k1);
   CHECK(s.precondition.ns_work == 2 * k1 + s.precondition.ns_steps);
   CHECK(w.allFinite());
+}
+
+namespace {
+/// One Newton–Schulz step's scalar map p(s) = a s + b s^3 + c s^5.
+struct Quintic {
+  double a, b, c;
+  double operator()(double s) const { return s * (a + s * s * (b + s * s * c)); }
+  /// p' = a + 3 b t + 5 c t^2 (t = s^2) > 0 on [0, y]: p increases there (its minimum over t in [0, y^2] is at
+  /// an end or at the vertex t = -3b / 10c).
+  bool increasing_up_to(double y) const {
+    const auto slope = [&](double t) { return a + 3 * b * t + 5 * c * t * t; };
+    const double t_hi = y * y, t_v = c != 0 ? -3 * b / (10 * c) : -1;
+    return slope(0) > 0 && slope(t_hi) > 0 && !(t_v > 0 && t_v < t_hi && slope(t_v) <= 0);
+  }
+};
+/// A schedule as written here: the steps' maps (the last repeats past the list) and the normalization
+/// X / (safety ||X||_F + eps).
+struct ScalarSchedule {
+  std::vector<Quintic> maps;
+  double safety, eps;
+  const Quintic& at(int k) const { return maps[std::size_t(std::min<int>(k, int(maps.size()) - 1))]; }
+  double compose(double x, int k) const {
+    for (int i = 0; i < k; ++i) x = at(i)(x);
+    return x;
+  }
+};
+/// KellerJordan/Muon's zeropower_via_newtonschulz5: (3.4445, -4.7750, 2.0315), X / (||X||_F + 1e-7).
+const ScalarSchedule kJordan{{{3.4445, -4.7750, 2.0315}}, 1.0, 1e-7};
+/// Polar Express, 5 steps (arXiv 2505.16932; modded-nanogpt's polar_express_coeffs), X / (1.02 ||X||_F + 1e-6).
+const ScalarSchedule kPolarExpress{{{8.156554524902461, -22.48329292557795, 15.878769915207462},
+                                    {4.042929935166739, -2.808917465908714, 0.5000178451051316},
+                                    {3.8916678022926607, -2.772484153217685, 0.5060648178503393},
+                                    {3.285753657755655, -2.3681294933425376, 0.46449024233003106},
+                                    {2.3465413258596377, -1.7097828382687081, 0.42323551169305323}},
+                                   1.02,
+                                   1e-6};
+/// The plan rule of docs/policies.md ("AutoSteps") and docs/diagnostics.md ("plan_ns_steps"): the fewest K in
+/// [1, max_steps] whose failure threshold (the smallest sigma that K steps take to >= tau) is at or below
+/// x = q / safety, else max_steps. While each step's map increases on [0, its input at x] (required here), the
+/// k-step map increases on [0, x], so the threshold is at or below x exactly when p_k(...p_1(x)) >= tau.
+int planned_steps(const ScalarSchedule& s, double q, double tau, int max_steps) {
+  double y = q / s.safety;
+  for (int k = 1; k <= max_steps; ++k) {
+    REQUIRE(s.at(k - 1).increasing_up_to(y));
+    y = s.at(k - 1)(y);
+    if (y >= tau) return k;
+  }
+  return max_steps;
+}
+/// The exact K-step Newton–Schulz direction of g (m x n, either orientation): g = P diag(sigma) Q^T from
+/// JacobiSVD in double, D = P diag(p_K(...p_1(sigma / (safety ||g||_F + eps)))) Q^T.
+Eigen::MatrixXd ns_closed_form(const Eigen::MatrixXd& g, const ScalarSchedule& s, int k) {
+  const Eigen::JacobiSVD<Eigen::MatrixXd> svd(g, Eigen::ComputeThinU | Eigen::ComputeThinV);
+  Eigen::VectorXd out = svd.singularValues() / (s.safety * g.norm() + s.eps);
+  for (Index i = 0; i < out.size(); ++i) out[i] = s.compose(out[i], k);
+  return svd.matrixU() * out.asDiagonal() * svd.matrixV().transpose();
+}
+/// numpy's "linear" quantile at p of the singular values of g / ||g||_F, from JacobiSVD in double.
+double exact_sv_quantile(const Eigen::MatrixXd& g, double p) {
+  return normalized_quantile(Eigen::JacobiSVD<Eigen::MatrixXd>(g).singularValues().reverse(), p);
+}
+/// What one AutoSteps plan is made with, and the schedule as the test writes it.
+struct PlanCase {
+  const char* what;
+  double p, tau;
+  int max_steps;
+  bool polar_express;
+  const ScalarSchedule& scalar() const { return polar_express ? kPolarExpress : kJordan; }
+};
+/// MuonAutoSteps with U = G (no momentum), lr 1, one step from W = 0 in storage Mat: the measured q and the
+/// plan against the exact SVD of G as stored (after rounding to T), W against -scale D of the planned K steps.
+template <class Mat>
+void check_planned_step(const Eigen::MatrixXd& g64, const PlanCase& c) {
+  using T = typename Mat::Scalar;
+  const Mat g = g64.cast<T>();
+  const Eigen::MatrixXd g_seen = g.template cast<double>();
+  const double q = exact_sv_quantile(g_seen, c.p);
+  const int k = planned_steps(c.scalar(), q, c.tau, c.max_steps);
+  CAPTURE(q);
+  CAPTURE(k);
+  typename MuonAutoSteps<T>::Options o;
+  o.momentum = T(0);
+  o.nesterov = false;
+  o.lr = T(1);
+  o.precondition.plan_quantile = c.p;
+  o.precondition.plan_tau = c.tau;
+  o.precondition.plan_max_steps = c.max_steps;
+  if (c.polar_express) o.precondition.schedule = schedules::PolarExpress::schedule();
+  MuonAutoSteps<T> opt(o);
+  Mat w = Mat::Zero(g.rows(), g.cols());
+  auto s = opt.make_state(w);
+  opt.step(w, g, s);
+  // The library's q comes from the Gram's eigenvalues: sigma^2 to about 1e-16 r, so sigma to about 1e-16 r / 2q.
+  CHECK(std::abs(s.precondition.quantile - q) <= 1e-15 / q);
+  CHECK(s.precondition.ns_steps == k);
+  CHECK(s.precondition.ns_work == k);
+  const double scale = std::sqrt(std::max(1.0, double(g.rows()) / double(g.cols())));  // MuonOriginal
+  // Rounding in NS grows with K (each step multiplies small directions by up to a): 3.5e-5 (float) and 2e-13
+  // (double) measured at K = 8.
+  CHECK(rel_error(w, -scale * ns_closed_form(g_seen, c.scalar(), k)) <= (std::is_same_v<T, float> ? 1e-4 : 1e-12));
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("AutoSteps plans with its own quantile p, tau, max steps and schedule (exact SVD, scalar maps)", T,
+                   float, double) {
+  // A 12 x 20 gradient whose normalized singular values have a tail: q(0.05) is about 9.4e-5 (between the two
+  // smallest), q(0.3) about 4e-3 (between the 4th and 5th: the interpolation counts).
+  Eigen::VectorXd sigma(12);
+  sigma << 1e-4, 2e-4, 3e-4, 5e-3, 0.01, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1;
+  const Eigen::MatrixXd g = 50 * with_singular_values(sigma, 20, 11);
+  const PlanCase defaults{"defaults", 0.05, 0.5, 10, false};
+  const std::vector<PlanCase> cases{defaults,
+                                    {"quantile 0.3", 0.3, 0.5, 10, false},
+                                    {"tau 0.1", 0.05, 0.1, 10, false},
+                                    {"max 3 steps", 0.05, 0.5, 3, false},
+                                    {"Polar Express", 0.05, 0.5, 10, true},
+                                    {"all four", 0.3, 0.1, 3, true}};
+  // Each option moves K on its own, so a planner that ignored one would plan another K: every case but the
+  // defaults plans differently from them, and "all four" from itself with p, tau or the schedule reset.
+  const auto plan = [&](const PlanCase& c) {
+    return planned_steps(c.scalar(), exact_sv_quantile(g, c.p), c.tau, c.max_steps);
+  };
+  for (std::size_t i = 1; i < cases.size(); ++i) CHECK(plan(cases[i]) != plan(defaults));
+  CHECK(plan(cases[5]) != plan({"", 0.05, 0.1, 3, true}));
+  CHECK(plan(cases[5]) != plan({"", 0.3, 0.5, 3, true}));
+  CHECK(plan(cases[5]) != plan({"", 0.3, 0.1, 3, false}));
+  CHECK(plan(cases[3]) < planned_steps(kJordan, exact_sv_quantile(g, 0.05), 0.5, 1000));  // the cap binds
+  for (const PlanCase& c : cases) {
+    const std::string what = c.what;
+    CAPTURE(what);
+    for (bool tall : {false, true}) {
+      CAPTURE(tall);
+      const Eigen::MatrixXd gt = tall ? Eigen::MatrixXd(g.transpose()) : g;
+      check_planned_step<RowMat<T>>(gt, c);
+      check_planned_step<ColMat<T>>(gt, c);
+    }
+  }
+}
+
+namespace {
+/// 250 steps of default MuonAutoSteps but U = G (no momentum), lr 1, in storage Mat: G is A for calls 0-49, B for
+/// 50-149, A again from 150. The plan is made at calls 0, 100 and 200 only (for A, B and A) and kept between.
+template <class Mat>
+void check_replan_interval(const Eigen::MatrixXd& a64, const Eigen::MatrixXd& b64) {
+  using T = typename Mat::Scalar;
+  const Mat a = a64.cast<T>(), b = b64.cast<T>();
+  const Eigen::MatrixXd a_seen = a.template cast<double>(), b_seen = b.template cast<double>();
+  const double qa = exact_sv_quantile(a_seen, 0.05), qb = exact_sv_quantile(b_seen, 0.05);
+  const int ka = planned_steps(kJordan, qa, 0.5, 10), kb = planned_steps(kJordan, qb, 0.5, 10);
+  CAPTURE(ka);
+  CAPTURE(kb);
+  CHECK(ka != kb);  // so a plan made at the wrong call shows
+  typename MuonAutoSteps<T>::Options o;
+  o.momentum = T(0);
+  o.nesterov = false;
+  o.lr = T(1);
+  MuonAutoSteps<T> opt(o);
+  Mat w = Mat::Zero(a.rows(), a.cols());
+  auto s = opt.make_state(w);
+  const double scale = std::sqrt(std::max(1.0, double(a.rows()) / double(a.cols())));  // MuonOriginal
+  std::int64_t work = 0;
+  double measured = -1;
+  for (int call = 0; call < 250; ++call) {
+    CAPTURE(call);
+    const bool on_b = call >= 50 && call < 150;
+    const Mat w_before = w;
+    opt.step(w, on_b ? b : a, s);
+    const bool planned_b = call >= 100 && call < 200;  // the check at call 100 saw B, those at 0 and 200 saw A
+    const int k = planned_b ? kb : ka;
+    work += k;
+    CHECK(s.precondition.ns_steps == k);
+    CHECK(s.precondition.calls == call + 1);
+    CHECK(s.precondition.ns_work == work);
+    if (call % 100 == 0) {
+      const double q = planned_b ? qb : qa;
+      CHECK(std::abs(s.precondition.quantile - q) <= 1e-15 / q);
+      measured = s.precondition.quantile;
+    }
+    CHECK(s.precondition.quantile == measured);  // not re-measured between checks
+    // The kept plan is what runs: call 50 steps B with A's K, call 100 with B's own.
+    if (call == 50 || call == 100) {
+      const Eigen::MatrixXd delta = (w - w_before).template cast<double>();
+      CHECK(rel_error(delta, -scale * ns_closed_form(b_seen, kJordan, k)) <= (std::is_same_v<T, float> ? 1e-4 : 1e-12));
+    }
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("AutoSteps re-plans every 100 steps by default, at calls 0, 100 and 200, and keeps the plan between",
+                   T, float, double) {
+  CHECK(AutoSteps<>::Options{}.plan_every == 100);
+  CHECK(typename MuonAutoSteps<T>::Options{}.precondition.plan_every == 100);
+  // A flat spectrum (q about 0.2: one Jordan step) and one with a tail at 1e-4 (seven steps), 12 x 20.
+  Eigen::VectorXd flat(12), tail(12);
+  for (Index i = 0; i < 12; ++i) flat[i] = 0.8 + 0.05 * double(i);
+  tail << 1e-4, 2e-4, 3e-4, 5e-3, 0.01, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 1;
+  const Eigen::MatrixXd a = 10 * with_singular_values(flat, 20, 21), b = 10 * with_singular_values(tail, 20, 23);
+  check_replan_interval<RowMat<T>>(a, b);
+  check_replan_interval<ColMat<T>>(a.transpose(), b.transpose());
 }
 
 TEST_CASE_TEMPLATE("AutoSteps on a zero gradient, one row and one column", T, float, double) {

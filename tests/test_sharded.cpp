@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: MIT
 // ShardedOptimizer and the Communicator interface in one process (no MPI): the planner, SingleProcess's
 // semantics and byte counters, equality with the plain optimizer, errors, checkpoints.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -31,6 +36,56 @@ TEST_CASE("shard plan: greedy largest-first onto the least-loaded rank, ties by 
   CHECK(preconditioner_cost<Dion<float>::PreconditionerType>(64, 48) == 64.0 * 48 * 48);
   CHECK(preconditioner_cost<SecondMoment<RowNormalize, moments::AdaMuon>>(64, 48) == 64.0 * 48);
   CHECK_THROWS_WITH_AS(ShardPlan::greedy({1}, 0), doctest::Contains("at least one rank"), std::invalid_argument);
+}
+
+namespace {
+/// The planner's cost class of each preset, named one by one: Newton–Schulz / exact polar orthogonalization (and
+/// AutoSteps' planned Newton–Schulz), Dion's rank-r power iteration (m n r, r <= min(m, n)) and the second moments
+/// and nuclear scaling wrapped around them cost m n min(m, n); row / column normalization (RMNP, ColNorm) m n.
+enum class CostClass { Cubic, Linear };
+const std::map<std::string, CostClass>& expected_cost_classes() {
+  static const std::map<std::string, CostClass> table{
+      {"Muon", CostClass::Cubic},      {"MuonAutoSteps", CostClass::Cubic}, {"MoonlightMuon", CostClass::Cubic},
+      {"RMNP", CostClass::Linear},     {"ColNorm", CostClass::Linear},      {"OrScale", CostClass::Cubic},
+      {"NorMuon", CostClass::Cubic},   {"AdaMuon", CostClass::Cubic},       {"NAMO", CostClass::Cubic},
+      {"PolarGrad", CostClass::Cubic}, {"TurboMuon", CostClass::Cubic},     {"Dion", CostClass::Cubic}};
+  return table;
+}
+template <class OptF, class OptD>
+void check_preset_cost(const std::string& preset, std::set<std::string>& seen) {
+  CAPTURE(preset);
+  seen.insert(preset);
+  const auto it = expected_cost_classes().find(preset);
+  CHECK_MESSAGE(it != expected_cost_classes().end(), "preset " << preset << " has no expected cost class here");
+  if (it == expected_cost_classes().end()) return;
+  // Tall and wide, so that min(m, n) is the other side each time and never 1.
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{64, 48}, {10, 300}}) {
+    const Index m = shape.first, n = shape.second;
+    CAPTURE(m);
+    CAPTURE(n);
+    const double mn = double(m) * double(n);
+    const double expected = it->second == CostClass::Cubic ? mn * double(std::min(m, n)) : mn;
+    CHECK(preconditioner_cost<typename OptF::PreconditionerType>(m, n) == expected);
+    CHECK(preconditioner_cost<typename OptD::PreconditionerType>(m, n) == expected);
+  }
+}
+}  // namespace
+
+TEST_CASE("shard plan: every preset's preconditioner declares its cost, cubic for orthogonalization") {
+  // Iterates the preset list itself (MATOPT_MATRIX_PRESETS), so a preset added there without an entry in the
+  // table above, or whose preconditioner the planner does not know, fails here.
+  std::set<std::string> seen;
+#define MATOPT_TEST_PRESET_COST(Preset) check_preset_cost<Preset<float>, Preset<double>>(#Preset, seen);
+  MATOPT_MATRIX_PRESETS(MATOPT_TEST_PRESET_COST)
+#undef MATOPT_TEST_PRESET_COST
+  CHECK(seen.size() == expected_cost_classes().size());  // and the table names no preset the list lacks
+  // The owner plan of ShardedOptimizer<MuonAutoSteps> balances that cost: one rank holds the sum of m n min(m, n).
+  SingleProcess comm;
+  Model<float> model;
+  ShardedOptimizer<MuonAutoSteps<float>> sharded(comm, model.views());
+  double total = 0;
+  for (const auto& p : model.specs) total += double(p.rows) * double(p.cols) * double(std::min(p.rows, p.cols));
+  CHECK(sharded.plan().load == std::vector<double>{total});
 }
 
 TEST_CASE("SingleProcess: identities and copies, counters record payload bytes per call kind") {

@@ -11,8 +11,8 @@
 //   3. the updated pieces are all-gathered (one MPI_Allgatherv over a packed buffer) into every replica.
 // Two ways to cut the state (ShardMode):
 //   Owner      each matrix whole on one owner rank, chosen by a deterministic greedy plan balancing the
-//              preconditioning cost (m n min(m,n) for Orthogonalize/ExactPolar/Adaptive, the second moments and
-//              PolarGrad of those, and Dion; m n otherwise).
+//              preconditioning cost (m n min(m,n) for Orthogonalize/AutoSteps/ExactPolar/Adaptive, the second
+//              moments and PolarGrad of those, and Dion; m n otherwise).
 //              Any optimizer (Muon, OrScale, RMNP, ...): the owner runs Opt's own (batched) step, so a
 //              matrix's update is exactly the single-process one. This is the owner-based distributed Muon
 //              (no extra gather of gradient shards, unlike Moonlight's, arXiv 2502.16982 §2.3).
@@ -63,6 +63,8 @@ namespace matopt {
 
 template <class Method>
 struct Orthogonalize;
+template <class Method>
+struct AutoSteps;
 struct ExactPolar;
 template <class Cheap, class Exact>
 struct Adaptive;
@@ -87,6 +89,8 @@ template <class P>
 inline constexpr bool cubic_preconditioner_v = false;
 template <class M>
 inline constexpr bool cubic_preconditioner_v<Orthogonalize<M>> = true;
+template <class M>
+inline constexpr bool cubic_preconditioner_v<AutoSteps<M>> = true;  // Orthogonalize<M> with K planned steps
 template <>
 inline constexpr bool cubic_preconditioner_v<ExactPolar> = true;
 template <class C, class E>
