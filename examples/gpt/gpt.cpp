@@ -7,14 +7,22 @@
 // dominance r_min/avg/max of U U^T per layer type (q, k, v, o, fc, proj; spec §6: U is what the optimizer
 // preconditions; for the AdamW runs a side momentum buffer V = 0.95 V + G), and the singular-value
 // quantiles of U / ||U||_F per matrix (seed 001). docs/gpt.md has the measured results and their reading.
+// --lr-grid runs a learning-rate grid per width instead (docs/gpt.md, "Learning rate across width"): every
+// (width, configuration, lr) from the same weights and batches, one row of lr_transfer.csv per run, resumable.
 //
 //   gpt [--optimizers a,b,...] [--steps N] [--d-model N] [--layers N] [--heads N] [--context N] [--batch N]
 //       [--lr name=value]... [--option name:key=value]... [--adam-lr X] [--seed N] [--threads N]
 //       [--eval-every N] [--dominance-every N]
-//       [--eval-batches N] [--warmup N] [--sweep 64,128,256] [--quick] [--out DIR] [--data DIR]
+//       [--eval-batches N] [--warmup N] [--sweep 64,128,256] [--lr-grid name=a,b,...]... [--quick] [--out DIR]
+//       [--data DIR]
+// A name is an optimizer (muon, rmnp, ...) or a label optimizer@tag (tag: letters, digits, '_', '.', '-'): the
+// same optimizer under several configurations, e.g. --lr-grid muon@moonlight=0.002,0.004 with
+// --option muon@moonlight:lr_rule=sqrt_max --option muon@moonlight:extra_scale_factor=0.2. A label's --option
+// and --lr entries are its own (a label does not inherit its optimizer's --option).
 //
 // Exit status: 0; 2 on bad arguments or an error; 77 when the fortunes text is missing (CTest: skipped).
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -23,6 +31,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <random>
@@ -54,6 +63,39 @@ const std::vector<std::string> kKnown{"muon",      "muon_auto",  "rmnp", "colnor
 const std::vector<std::string> kTypes{"q", "k", "v", "o", "fc", "proj"};
 const std::vector<double> kQuantiles{0.05, 0.25, 0.5};
 
+/// The optimizer of a name: `muon` for `muon` and for the label `muon@moonlight`.
+std::string base_of(const std::string& label) { return label.substr(0, label.find('@')); }
+
+/// Whether `label` is a known optimizer, or one followed by '@' and a tag of letters, digits, '_', '.', '-'.
+bool valid_label(const std::string& label) {
+  if (std::find(kKnown.begin(), kKnown.end(), base_of(label)) == kKnown.end()) return false;
+  const auto at = label.find('@');
+  if (at == std::string::npos) return true;
+  const std::string tag = label.substr(at + 1);
+  return !tag.empty() && std::all_of(tag.begin(), tag.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';
+  });
+}
+
+/// An lr as the grid keys and prints it (6 significant digits; a grid lr is rounded to it before it is run).
+std::string lr_text(double lr) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.6g", lr);
+  return b;
+}
+
+/// A number as the facade's option text, every digit kept (std::to_string would keep 6 decimals: 3.125e-05 -> 3.1e-05).
+std::string exact_text(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.17g", v);
+  return b;
+}
+
+struct GridEntry {
+  std::string label;        // an optimizer or optimizer@tag
+  std::vector<double> lrs;  // in the order given
+};
+
 struct Args {
   std::vector<std::string> optimizers = kDefault;
   std::int64_t steps = 600;
@@ -69,6 +111,8 @@ struct Args {
   std::int64_t eval_batches = 16;
   std::int64_t warmup = -1;  // -1: 5% of the steps
   std::vector<std::int64_t> sweep;
+  std::vector<GridEntry> grid;     // --lr-grid name=a,b,...: the lr grid's configurations, in the order given
+  bool stop_on_divergence = false;  // set for the grid's runs: a diverged run stops early (train())
   std::string out = "gpt_out";
   std::string data;
 };
@@ -77,7 +121,9 @@ struct Args {
 // ColNorm, matopt's presets; the reference codes' 0.02 for NorMuon, AdaMuon, PolarGrad, Turbo-Muon; 0.01 for
 // Dion; 1e-3 for NAMO, whose update has an AdamW-like RMS), unless --lr name=value says otherwise; --adam-lr
 // for the AdamW baselines.
-double lr_of(const Args& a, const std::string& name) {
+double lr_of(const Args& a, const std::string& label) {
+  if (auto it = a.lr.find(label); it != a.lr.end()) return it->second;
+  const std::string name = base_of(label);
   if (auto it = a.lr.find(name); it != a.lr.end()) return it->second;
   if (name == "adamw" || name == "torch_adamw") return a.adam_lr;
   if (name == "namo") return 1e-3;
@@ -94,7 +140,13 @@ double lr_of(const Args& a, const std::string& name) {
                "           [--layers N] [--heads N] [--context N] [--batch N] [--lr name=value]... [--adam-lr X]\n"
                "           [--option name:key=value]...\n"
                "           [--seed N] [--threads N] [--eval-every N] [--dominance-every N] [--eval-batches N]\n"
-               "           [--warmup N] [--sweep 64,128,256] [--quick] [--out DIR] [--data DIR]\n",
+               "           [--warmup N] [--sweep 64,128,256] [--lr-grid name=lr,lr,...]... [--quick] [--out DIR]\n"
+               "           [--data DIR]\n"
+               "a name is an optimizer or a label optimizer@tag with its own --option/--lr entries, e.g.\n"
+               "  --lr-grid muon@moonlight=0.002,0.004,0.008 --option muon@moonlight:lr_rule=sqrt_max\n"
+               "  --option muon@moonlight:extra_scale_factor=0.2\n"
+               "--lr-grid (repeatable; with --sweep, per width) runs every (width, name, lr) instead of\n"
+               "--optimizers and appends a row per run to DIR/lr_transfer.csv; a run already there is skipped\n",
                why.c_str());
   std::exit(2);
 }
@@ -110,7 +162,7 @@ std::vector<std::string> split(const std::string& s) {
 Args parse(int argc, char** argv) {
   Args a;
   bool quick = false, steps_given = false, d_given = false, layers_given = false, every_given = false,
-       dom_given = false, evalb_given = false;
+       dom_given = false, evalb_given = false, optimizers_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string key = argv[i];
     if (key == "--quick") {
@@ -133,11 +185,12 @@ Args parse(int argc, char** argv) {
     };
     if (key == "--optimizers") {
       a.optimizers = split(value);
+      optimizers_given = true;
       for (const auto& o : a.optimizers)
-        if (std::find(kKnown.begin(), kKnown.end(), o) == kKnown.end())
+        if (!valid_label(o))
           usage("unknown optimizer '" + o +
                 "' (known: muon, muon_auto, rmnp, colnorm, orscale, normuon, adamuon, namo, polargrad, turbo_muon, dion, "
-                "adamw, torch_adamw)");
+                "adamw, torch_adamw; or one of them @tag)");
       if (a.optimizers.empty()) usage("--optimizers is empty");
     } else if (key == "--steps") a.steps = integer(1), steps_given = true;
     else if (key == "--d-model") a.model.d_model = integer(1), d_given = true;
@@ -149,14 +202,14 @@ Args parse(int argc, char** argv) {
       const auto eq = value.find('=');
       if (eq == std::string::npos) usage("--lr takes name=value (e.g. --lr rmnp=0.005)");
       const std::string name = value.substr(0, eq);
-      if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end()) usage("--lr: unknown optimizer '" + name + "'");
+      if (!valid_label(name)) usage("--lr: unknown optimizer '" + name + "'");
       a.lr[name] = real(value.substr(eq + 1));
     } else if (key == "--option") {
       const auto colon = value.find(':'), eq = value.find('=');
       if (colon == std::string::npos || eq == std::string::npos || eq < colon)
         usage("--option takes name:key=value (e.g. --option muon_auto:ns_plan_quantile=0.25)");
       const std::string name = value.substr(0, colon);
-      if (std::find(kKnown.begin(), kKnown.end(), name) == kKnown.end() || name == "adamw" || name == "torch_adamw")
+      if (!valid_label(name) || base_of(name) == "adamw" || base_of(name) == "torch_adamw")
         usage("--option: '" + name + "' is not a matrix optimizer of --optimizers");
       a.options[name][value.substr(colon + 1, eq - colon - 1)] = value.substr(eq + 1);
     } else if (key == "--adam-lr") a.adam_lr = real(value);
@@ -174,6 +227,20 @@ Args parse(int argc, char** argv) {
         a.sweep.push_back(v);
       }
       if (a.sweep.empty()) usage("--sweep is empty");
+    } else if (key == "--lr-grid") {
+      const auto eq = value.find('=');
+      if (eq == std::string::npos) usage("--lr-grid takes name=lr,lr,... (e.g. --lr-grid muon=0.01,0.02,0.04)");
+      GridEntry g{value.substr(0, eq), {}};
+      if (!valid_label(g.label)) usage("--lr-grid: unknown optimizer '" + g.label + "'");
+      for (const auto& e : a.grid)
+        if (e.label == g.label) usage("--lr-grid: '" + g.label + "' given twice");
+      for (const auto& text : split(value.substr(eq + 1))) {
+        const double lr = std::strtod(lr_text(real(text)).c_str(), nullptr);
+        if (std::find(g.lrs.begin(), g.lrs.end(), lr) != g.lrs.end()) usage("--lr-grid: lr " + text + " twice");
+        g.lrs.push_back(lr);
+      }
+      if (g.lrs.empty()) usage("--lr-grid: no lr for '" + g.label + "'");
+      a.grid.push_back(std::move(g));
     } else if (key == "--out") a.out = value;
     else if (key == "--data") a.data = value;
     else usage("unknown option " + key);
@@ -186,6 +253,7 @@ Args parse(int argc, char** argv) {
     if (!dom_given) a.dominance_every = 30;
     if (!evalb_given) a.eval_batches = 8;
   }
+  if (!a.grid.empty() && optimizers_given) usage("--lr-grid runs its own names: drop --optimizers");
   if (a.model.d_model % a.model.heads != 0) usage("--d-model must be a multiple of --heads");
   for (auto w : a.sweep)
     if (w % a.model.heads != 0) usage("--sweep: width " + std::to_string(w) + " is not a multiple of --heads");
@@ -254,6 +322,8 @@ struct PlanPoint {
 struct RunResult {
   std::string optimizer;
   std::int64_t d_model = 0, layers = 0, steps = 0;
+  std::int64_t steps_run = 0;  // below steps when a run with stop_on_divergence diverged
+  bool diverged = false;
   double lr = 0, final_val = 0, best_val = 1e300, final_train = 0, optimizer_s = 0, fwd_bwd_s = 0;
   double r_min = 0, r_avg = 0, r_max = 0;
   std::vector<EvalPoint> evals;
@@ -315,9 +385,17 @@ struct Diagnostics {
   }
 };
 
-RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, const Data& d, const Args& a) {
+/// One run of `label` (an optimizer, or optimizer@tag with its own --option entries) at `lr`. With
+/// a.stop_on_divergence, a run stops, diverged (final validation loss NaN), at a training or validation loss that
+/// is not finite, or when the training loss has been above 1.5 times the first step's (the untrained model's,
+/// about ln 256 = 5.55 nats/byte) for kDivergedSteps steps in a row. Not at once: RMNP runs showed one-step spikes
+/// (3.1 -> 9.1 -> 3.2 nats/byte, d_model 128, lr 0.002, step 29 of 300) that the next step undid.
+constexpr int kDivergedSteps = 5;
+
+RunResult train(const std::string& label, double lr, const gpt::GptConfig& cfg, const Data& d, const Args& a) {
+  const std::string name = base_of(label);
   RunResult r;
-  r.optimizer = name;
+  r.optimizer = label;
   r.d_model = cfg.d_model;
   r.layers = cfg.layers;
   r.steps = a.steps;
@@ -329,7 +407,7 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
   std::unique_ptr<torch::optim::Optimizer> opt;
   matopt::TorchOptimizer* mopt = nullptr;
   bool auto_steps = false;  // the matrix route is AutoSteps (ns_steps=auto): record its plans
-  const std::string adam_lr = std::to_string(a.adam_lr);
+  const std::string adam_lr = exact_text(a.adam_lr);
   if (name == "torch_adamw") {
     opt = std::make_unique<torch::optim::AdamW>(
         model->parameters(), torch::optim::AdamWOptions(lr).betas({0.9, 0.95}).eps(1e-8).weight_decay(0));
@@ -338,16 +416,16 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
     for (const auto& item : model->named_parameters()) groups[0].params.emplace_back(item.key(), item.value());
     groups[0].route = matopt::Route::AdamW;
     matopt::TorchOptions o;
-    o.adamw = {{"lr", std::to_string(lr)}, {"beta2", "0.95"}};
+    o.adamw = {{"lr", exact_text(lr)}, {"beta2", "0.95"}};
     auto p = std::make_unique<matopt::TorchOptimizer>(groups, "muon", matopt::Config{}, o);
     mopt = p.get();
     opt = std::move(p);
   } else {
     matopt::TorchOptions o;
     o.adamw = {{"lr", adam_lr}, {"beta2", "0.95"}};
-    matopt::Config config{{"lr", std::to_string(lr)}};
+    matopt::Config config{{"lr", exact_text(lr)}};
     if (name == "muon_auto") config["ns_steps"] = "auto";
-    if (auto it = a.options.find(name); it != a.options.end())
+    if (auto it = a.options.find(label); it != a.options.end())
       for (const auto& [key, value] : it->second) config[key] = value;
     auto_steps = config.count("ns_steps") != 0 && config["ns_steps"] == "auto";
     auto p = std::make_unique<matopt::TorchOptimizer>(model->named_parameters(), name == "muon_auto" ? "muon" : name,
@@ -397,9 +475,10 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
     return sum / double(a.eval_batches);
   };
 
-  Progress progress(name + " " + std::to_string(cfg.d_model), a.steps);
-  double window_loss = 0;
+  Progress progress(label + " " + std::to_string(cfg.d_model), a.steps);
+  double window_loss = 0, first_loss = 0;
   std::int64_t window = 0;
+  int above = 0;  // steps in a row with a training loss above 1.5 times the first
   for (step = 0; step < a.steps; ++step) {
     std::vector<std::int64_t> o(std::size_t(a.batch));
     for (auto& v : o) v = offset(rng);
@@ -416,6 +495,12 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
     opt->step();
     r.optimizer_s += seconds_since(t1) - (diagnostics_s - before);
     const double l = loss.item<double>();
+    if (step == 0) first_loss = l;
+    above = l > 1.5 * first_loss ? above + 1 : 0;
+    if (a.stop_on_divergence && (!std::isfinite(l) || above >= kDivergedSteps)) {
+      r.diverged = true;
+      break;
+    }
     window_loss += l;
     ++window;
     const bool sample = (step + 1) % a.dominance_every == 0;
@@ -448,6 +533,10 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
     }
     if ((step + 1) % a.eval_every == 0 || step + 1 == a.steps) {
       const double val = validation_loss();
+      if (a.stop_on_divergence && !std::isfinite(val)) {
+        r.diverged = true;
+        break;
+      }
       r.evals.push_back({step + 1, window_loss / double(window), val, r.optimizer_s, r.fwd_bwd_s});
       r.final_val = val;
       r.best_val = std::min(r.best_val, val);
@@ -458,6 +547,9 @@ RunResult train(const std::string& name, double lr, const gpt::GptConfig& cfg, c
     progress.update(step + 1, l);
   }
   progress.finish();
+  r.steps_run = r.diverged ? step + 1 : a.steps;
+  if (r.diverged) r.final_val = std::numeric_limits<double>::quiet_NaN();
+  if (r.best_val == 1e300) r.best_val = std::numeric_limits<double>::quiet_NaN();
   return r;
 }
 
@@ -604,6 +696,379 @@ void write_sweep(const std::filesystem::path& dir, const std::vector<std::vector
        "title 'gap', 0 with lines dt 2 lc black notitle\nunset multiplot\n";
 }
 
+// ---------------------------------------------------------------------------------------------------
+// The lr grid (--lr-grid): every (width, name, lr) from the same weights and batches; a row of lr_transfer.csv per
+// run, appended as the run ends, so a killed grid resumes; a run already in the file is skipped.
+
+namespace fs = std::filesystem;
+
+const char* const kGridColumns =
+    "width,optimizer,lr_rule,lr,final_val_loss,best_val_loss,diverged,steps_run,seconds,options";
+
+/// A label's --option entries as text, key=value joined by ';' (sorted by key).
+std::string options_text(const Args& a, const std::string& label) {
+  std::string s;
+  if (auto it = a.options.find(label); it != a.options.end())
+    for (const auto& [key, value] : it->second) s += (s.empty() ? "" : ";") + key + "=" + value;
+  return s;
+}
+
+/// The lr_rule column: the label's lr_rule (`preset` when not set), times its extra_scale_factor when set
+/// (`sqrt_max*0.2`: Moonlight's 0.2·sqrt(max(m, n))); `none` for the AdamW baselines, which have no shape rule.
+std::string lr_rule_of(const Args& a, const std::string& label) {
+  const std::string name = base_of(label);
+  if (name == "adamw" || name == "torch_adamw") return "none";
+  std::string rule = "preset";
+  if (auto it = a.options.find(label); it != a.options.end()) {
+    if (auto r = it->second.find("lr_rule"); r != it->second.end()) rule = r->second;
+    if (auto f = it->second.find("extra_scale_factor"); f != it->second.end()) rule += "*" + f->second;
+  }
+  return rule;
+}
+
+/// The settings every row of one lr_transfer.csv shares, its first line: a file written under other settings is
+/// refused, not mixed in.
+std::string grid_settings(const Args& a, std::size_t text_bytes) {
+  std::ostringstream s;
+  s << "# gpt --lr-grid: steps " << a.steps << ", warmup " << a.warmup << ", layers " << a.model.layers << ", heads "
+    << a.model.heads << ", context " << a.model.context << ", batch " << a.batch << ", seed " << a.seed
+    << ", eval-every " << a.eval_every << ", eval-batches " << a.eval_batches << ", adam-lr " << lr_text(a.adam_lr)
+    << ", text " << text_bytes << " bytes";
+  return s.str();
+}
+
+struct GridRow {
+  std::int64_t width = 0;
+  std::string optimizer, lr_rule, lr, options;  // lr as lr_text
+  double final_val = 0, best_val = 0, seconds = 0;
+  bool diverged = false;
+  std::int64_t steps_run = 0;
+};
+
+std::string csv_quoted(const std::string& s) {
+  if (s.find_first_of(",\"") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> f(1);
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') f.back() += '"', ++i;
+    else if (c == '"') quoted = !quoted;
+    else if (c == ',' && !quoted) f.emplace_back();
+    else f.back() += c;
+  }
+  return f;
+}
+
+/// The rows of `file` (none when it does not exist). Throws std::runtime_error when its first line is not
+/// `settings` (another --steps, --layers, ... or another text) or a row does not parse.
+std::vector<GridRow> read_grid(const fs::path& file, const std::string& settings) {
+  std::vector<GridRow> rows;
+  std::ifstream in(file);
+  if (!in) return rows;
+  std::string line;
+  std::getline(in, line);
+  if (line != settings)
+    throw std::runtime_error(file.string() + " was written under other settings:\n  file: " + line + "\n  now:  " +
+                             settings + "\nrun with the file's settings, or give another --out");
+  std::getline(in, line);
+  if (line != kGridColumns) throw std::runtime_error(file.string() + ": second line is not the column header");
+  for (int n = 3; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    const auto f = csv_fields(line);
+    if (f.size() != 10) throw std::runtime_error(file.string() + ":" + std::to_string(n) + ": not 10 fields");
+    GridRow r;
+    try {
+      r.width = std::stoll(f[0]);
+      r.final_val = std::stod(f[4]);
+      r.best_val = std::stod(f[5]);
+      r.steps_run = std::stoll(f[7]);
+      r.seconds = std::stod(f[8]);
+    } catch (const std::exception&) {
+      throw std::runtime_error(file.string() + ":" + std::to_string(n) + ": a number does not parse");
+    }
+    r.optimizer = f[1];
+    r.lr_rule = f[2];
+    r.lr = f[3];
+    r.diverged = f[6] == "1";
+    r.options = f[9];
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+/// Appends `r` to `file` (created with the settings line and the header), flushed and closed at once.
+void append_grid(const fs::path& file, const std::string& settings, const GridRow& r) {
+  bool fresh = !fs::exists(file), newline = false;
+  if (!fresh) {  // a file cut inside a row: start the new row on a line of its own
+    std::ifstream in(file, std::ios::binary | std::ios::ate);
+    if (in.tellg() > 0) {
+      in.seekg(-1, std::ios::end);
+      newline = in.get() != '\n';
+    }
+  }
+  std::ofstream f(file, std::ios::app);
+  if (fresh) f << settings << '\n' << kGridColumns << '\n';
+  if (newline) f << '\n';
+  char loss[80];
+  std::snprintf(loss, sizeof loss, "%.6f,%.6f,%d,%lld,%.2f", r.final_val, r.best_val, r.diverged ? 1 : 0,
+                static_cast<long long>(r.steps_run), r.seconds);
+  f << r.width << ',' << csv_quoted(r.optimizer) << ',' << csv_quoted(r.lr_rule) << ',' << r.lr << ',' << loss << ','
+    << csv_quoted(r.options) << '\n';
+  f.flush();
+  if (!f) throw std::runtime_error("cannot append to " + file.string());
+}
+
+std::string duration_text(double s) {
+  char b[32];
+  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(std::fmod(s, 3600) / 60));
+  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(std::fmod(s, 60)));
+  else std::snprintf(b, sizeof b, "%.1fs", s);
+  return b;
+}
+
+/// A full run's seconds at `width`, from the rows' times (a diverged run's scaled to the full steps): their mean at
+/// that width, else the mean of all rows scaled by (width / their width)^2; negative when there is no row.
+double run_seconds(const std::vector<GridRow>& rows, std::int64_t width, std::int64_t steps) {
+  double same = 0, any = 0;
+  int n_same = 0, n_any = 0;
+  for (const auto& r : rows) {
+    if (r.steps_run <= 0) continue;
+    const double full = r.seconds * double(steps) / double(r.steps_run);
+    if (r.width == width) same += full, ++n_same;
+    any += full * std::pow(double(width) / double(r.width), 2.0), ++n_any;
+  }
+  return n_same > 0 ? same / n_same : n_any > 0 ? any / n_any : -1.0;
+}
+
+/// Per name and width: the lr of the lowest final validation loss, whether it is the grid's smallest or largest lr
+/// there (then the optimum may lie outside), and what the smallest width's best lr costs at this width.
+struct GridBest {
+  std::string optimizer, lr_rule;
+  std::int64_t width = 0;
+  std::string best_lr, base_lr;  // base_lr: the best lr at the smallest width
+  double best_val = std::numeric_limits<double>::quiet_NaN(), base_val = std::numeric_limits<double>::quiet_NaN();
+  bool at_edge = false, base_diverged = false;
+  int runs = 0, diverged = 0;
+};
+
+std::vector<std::string> grid_names(const std::vector<GridRow>& rows, const std::vector<std::string>& first) {
+  std::vector<std::string> names = first;
+  for (const auto& r : rows)
+    if (std::find(names.begin(), names.end(), r.optimizer) == names.end()) names.push_back(r.optimizer);
+  return names;
+}
+
+std::vector<std::int64_t> grid_widths(const std::vector<GridRow>& rows) {
+  std::vector<std::int64_t> w;
+  for (const auto& r : rows) w.push_back(r.width);
+  std::sort(w.begin(), w.end());
+  w.erase(std::unique(w.begin(), w.end()), w.end());
+  return w;
+}
+
+std::vector<GridBest> grid_best(const std::vector<GridRow>& rows, const std::vector<std::string>& names) {
+  std::vector<GridBest> out;
+  for (const auto& name : names) {
+    std::string base_lr;
+    for (auto w : grid_widths(rows)) {
+      GridBest b;
+      b.optimizer = name;
+      b.width = w;
+      double lo = 1e300, hi = 0;
+      for (const auto& r : rows) {
+        if (r.optimizer != name || r.width != w) continue;
+        b.lr_rule = r.lr_rule;
+        ++b.runs;
+        b.diverged += r.diverged ? 1 : 0;
+        const double lr = std::stod(r.lr);
+        lo = std::min(lo, lr), hi = std::max(hi, lr);
+        if (!r.diverged && !(r.final_val >= b.best_val)) b.best_val = r.final_val, b.best_lr = r.lr;
+      }
+      if (b.runs == 0) continue;
+      if (!b.best_lr.empty()) {
+        const double best = std::stod(b.best_lr);
+        b.at_edge = b.runs > 1 && (best == lo || best == hi);
+        if (base_lr.empty()) base_lr = b.best_lr;
+      }
+      b.base_lr = base_lr;
+      for (const auto& r : rows)
+        if (r.optimizer == name && r.width == w && r.lr == base_lr)
+          b.base_val = r.final_val, b.base_diverged = r.diverged;
+      out.push_back(b);
+    }
+  }
+  return out;
+}
+
+void write_grid_summary(const fs::path& dir, const std::vector<GridBest>& best) {
+  std::ofstream f(dir / "lr_transfer_summary.csv");
+  f << "optimizer,lr_rule,width,best_lr,best_final_val_loss,at_edge,runs,diverged,smallest_width_best_lr,"
+       "final_val_loss_at_it,cost\n";
+  std::printf("\n%-18s %-16s %6s %9s %10s %5s %12s %10s %8s\n", "optimizer", "lr_rule", "width", "best lr", "val loss",
+              "edge", "small's lr", "val there", "cost");
+  for (const auto& b : best) {
+    const bool have = !b.base_lr.empty() && !std::isnan(b.base_val) && !std::isnan(b.best_val);
+    char cost[32] = "", there[32] = "";
+    if (have) std::snprintf(cost, sizeof cost, "%.4f", b.base_val - b.best_val);
+    if (have) std::snprintf(there, sizeof there, "%.4f", b.base_val);
+    if (b.base_diverged) std::snprintf(there, sizeof there, "diverged");
+    f << csv_quoted(b.optimizer) << ',' << csv_quoted(b.lr_rule) << ',' << b.width << ',' << b.best_lr << ',';
+    if (!b.best_lr.empty()) f << b.best_val;
+    f << ',' << (b.at_edge ? 1 : 0) << ',' << b.runs << ',' << b.diverged << ',' << b.base_lr << ',' << there << ','
+      << cost << '\n';
+    std::printf("%-18s %-16s %6lld %9s %10.4f %5s %12s %10s %8s\n", b.optimizer.c_str(), b.lr_rule.c_str(),
+                static_cast<long long>(b.width), b.best_lr.empty() ? "-" : b.best_lr.c_str(), b.best_val,
+                b.at_edge ? "yes" : "", b.base_lr.empty() ? "-" : b.base_lr.c_str(), there, cost);
+  }
+}
+
+/// lr_transfer_curves.dat (one block per name and width: lr, final validation loss of the runs that did not
+/// diverge, sorted by lr) and lr_transfer.gp: one panel per name, one curve per width, log2 lr axis.
+void write_grid_plot(const fs::path& dir, const std::vector<GridRow>& rows, const std::vector<std::string>& names,
+                     const std::string& title) {
+  std::ofstream dat(dir / "lr_transfer_curves.dat");
+  std::ofstream g(dir / "lr_transfer.gp");
+  const auto widths = grid_widths(rows);
+  const std::size_t cols = std::min<std::size_t>(4, std::max<std::size_t>(1, names.size()));
+  const std::size_t lines = (names.size() + cols - 1) / cols;
+  g << "# written by gpt --lr-grid; run inside this directory: gnuplot lr_transfer.gp\n"
+       "set terminal pngcairo size "
+    << 420 * cols << ',' << 340 * lines + 40
+    << " font ',9' noenhanced\nset output 'lr_transfer.png'\nset grid\nset logscale x 2\nset format x '%g'\n"
+       "set xlabel 'lr'\nset ylabel 'final validation loss'\nset key top center\nset xtics rotate by -45\n"
+       "set multiplot layout "
+    << lines << ',' << cols << " title 'final validation loss against lr, one curve per d_model (" << title << ")'\n";
+  int block = 0;
+  for (const auto& name : names) {
+    std::string rule, plot;
+    double lo = 1e300, hi = -1e300;
+    std::vector<double> lrs;  // every lr run, the diverged too: the x tics
+    int diverged = 0;
+    for (std::size_t wi = 0; wi < widths.size(); ++wi) {
+      std::vector<std::pair<double, double>> pts;
+      for (const auto& r : rows)
+        if (r.optimizer == name && r.width == widths[wi]) {
+          rule = r.lr_rule;
+          lrs.push_back(std::stod(r.lr));
+          diverged += r.diverged ? 1 : 0;
+          if (!r.diverged && std::isfinite(r.final_val)) pts.emplace_back(std::stod(r.lr), r.final_val);
+        }
+      if (pts.empty()) continue;
+      std::sort(pts.begin(), pts.end());
+      dat << "# " << name << " d_model " << widths[wi] << '\n';
+      for (const auto& [lr, v] : pts) {
+        dat << lr_text(lr) << ' ' << v << '\n';
+        lo = std::min(lo, v), hi = std::max(hi, v);
+      }
+      dat << "\n\n";
+      plot += std::string(plot.empty() ? "plot " : ", ") + "'lr_transfer_curves.dat' index " + std::to_string(block++) +
+              " using 1:2 with linespoints lw 1.5 pt 7 ps 0.6 lc " + std::to_string(wi + 1) + " title 'd_model " +
+              std::to_string(widths[wi]) + "'";
+    }
+    if (lrs.empty()) continue;
+    std::sort(lrs.begin(), lrs.end());
+    lrs.erase(std::unique(lrs.begin(), lrs.end()), lrs.end());
+    g << "set title '" << name << " (lr_rule " << rule;
+    if (diverged > 0) g << "; " << diverged << " diverged, not drawn";
+    g << ")'\nset xtics (";
+    for (std::size_t i = 0; i < lrs.size(); ++i) g << (i ? ", " : "") << '\'' << lr_text(lrs[i]) << "' " << lrs[i];
+    g << ")\nset xrange [" << lrs.front() / 1.3 << ':' << lrs.back() * 1.3 << "]\n";
+    if (plot.empty()) {  // every run of this name diverged: an empty panel keeps the layout
+      g << "unset key\nset yrange [0:1]\nplot 2 notitle\nset key top center\n";
+      continue;
+    }
+    // up to 1 nat/byte above the best (a far-off lr would flatten the rest), and a third more on top for the key
+    const double span = std::min(hi, lo + 1.0) - lo;
+    g << "set yrange [" << lo - 0.05 * span - 0.005 << ':' << lo + 1.4 * span + 0.005 << "]\n" << plot << '\n';
+  }
+  g << "unset multiplot\n";
+}
+
+int run_grid(Args a, const Data& d, std::size_t text_bytes, const fs::path& out) {
+  a.stop_on_divergence = true;
+  a.dominance_every = a.steps + 1;  // no dominance or spectrum samples: only the losses are kept
+  const std::vector<std::int64_t> widths = a.sweep.empty() ? std::vector<std::int64_t>{a.model.d_model} : a.sweep;
+  const fs::path file = out / "lr_transfer.csv";
+  const std::string settings = grid_settings(a, text_bytes);
+  std::vector<GridRow> rows = read_grid(file, settings);
+  std::vector<std::string> names;
+  for (const auto& g : a.grid) {
+    names.push_back(g.label);
+    for (const auto& r : rows)
+      if (r.optimizer == g.label && (r.options != options_text(a, g.label) || r.lr_rule != lr_rule_of(a, g.label)))
+        throw std::runtime_error(file.string() + " has '" + g.label + "' with options '" + r.options +
+                                 "'; now they are '" + options_text(a, g.label) + "': give this configuration another "
+                                 "label (name@tag)");
+  }
+  struct Todo {
+    std::int64_t width;
+    std::string label;
+    double lr;
+  };
+  std::vector<Todo> todo;
+  std::size_t total = 0;
+  for (auto w : widths)
+    for (const auto& g : a.grid)
+      for (double lr : g.lrs) {
+        ++total;
+        const bool done = std::any_of(rows.begin(), rows.end(), [&](const GridRow& r) {
+          return r.width == w && r.optimizer == g.label && r.lr_rule == lr_rule_of(a, g.label) && r.lr == lr_text(lr);
+        });
+        if (!done) todo.push_back({w, g.label, lr});
+      }
+  std::printf("lr grid: %zu runs (%zu widths), %zu already in %s, %zu to run; %lld layers, %lld steps (warm-up %lld) "
+              "each\n",
+              total, widths.size(), total - todo.size(), file.string().c_str(), todo.size(),
+              static_cast<long long>(a.model.layers), static_cast<long long>(a.steps),
+              static_cast<long long>(a.warmup));
+  std::fflush(stdout);
+  for (std::size_t k = 0; k < todo.size(); ++k) {
+    const auto& t = todo[k];
+    gpt::GptConfig cfg = a.model;
+    cfg.d_model = t.width;
+    const auto t0 = Clock::now();
+    const RunResult r = train(t.label, t.lr, cfg, d, a);
+    GridRow row;
+    row.width = t.width;
+    row.optimizer = t.label;
+    row.lr_rule = lr_rule_of(a, t.label);
+    row.lr = lr_text(t.lr);
+    row.options = options_text(a, t.label);
+    row.final_val = r.final_val;
+    row.best_val = r.best_val;
+    row.diverged = r.diverged;
+    row.steps_run = r.steps_run;
+    row.seconds = seconds_since(t0);
+    append_grid(file, settings, row);
+    rows.push_back(row);
+    double eta = 0;
+    for (std::size_t j = k + 1; j < todo.size(); ++j) eta += run_seconds(rows, todo[j].width, a.steps);
+    char outcome[96];
+    if (r.diverged)
+      std::snprintf(outcome, sizeof outcome, "diverged at step %lld", static_cast<long long>(r.steps_run));
+    else
+      std::snprintf(outcome, sizeof outcome, "final %.4f, best %.4f", r.final_val, r.best_val);
+    std::fprintf(stderr, "[%zu/%zu] width %lld optimizer %s lr %s: %s, %s, eta %s\n", k + 1, todo.size(),
+                 static_cast<long long>(t.width), t.label.c_str(), row.lr.c_str(), outcome,
+                 duration_text(row.seconds).c_str(), duration_text(eta).c_str());
+  }
+  names = grid_names(rows, names);
+  write_grid_summary(out, grid_best(rows, names));
+  write_grid_plot(out, rows, names,
+                  std::to_string(a.model.layers) + " layers, " + std::to_string(a.steps) + " steps, seed " +
+                      std::to_string(a.seed));
+  run_gnuplot(out, "lr_transfer.gp");
+  std::printf("lr_transfer.csv (%zu new rows, %zu in all), lr_transfer_summary.csv, lr_transfer.png in %s\n",
+              todo.size(), rows.size(), out.string().c_str());
+  return 0;
+}
+
 int run(Args a) {
   const examples::Threads threads = examples::set_threads(a.threads);
   const std::string dir = a.data.empty() ? gpt::default_fortunes_dir() : a.data;
@@ -622,6 +1087,7 @@ int run(Args a) {
               static_cast<long long>(d.val.size(0)));
   const std::filesystem::path out(a.out);
   std::filesystem::create_directories(out);
+  if (!a.grid.empty()) return run_grid(a, d, corpus.text.size(), out);
 
   auto run_all = [&](const gpt::GptConfig& cfg, const std::vector<std::string>& names,
                      const std::filesystem::path& where) {
