@@ -84,9 +84,11 @@ std::vector<MatrixView<const T>> grad_views(const Model<T>& m, const std::vector
   return v;
 }
 
-/// The single-process reference: plain Opt, each parameter stepped alone with the mean gradient G_k.
+/// The single-process reference: plain Opt, each parameter stepped alone with the mean gradient G_k. The
+/// final states go to `states_out` when given (to compare a sharded checkpoint with).
 template <class Opt>
-Model<typename Opt::Scalar> reference_run(int steps, const typename Opt::Options& o = {}) {
+Model<typename Opt::Scalar> reference_run(int steps, const typename Opt::Options& o = {},
+                                          std::vector<typename Opt::State>* states_out = nullptr) {
   using T = typename Opt::Scalar;
   Model<T> m;
   Opt opt(o);
@@ -101,6 +103,7 @@ Model<typename Opt::Scalar> reference_run(int steps, const typename Opt::Options
         detail::with_map(gv[i], [&](const auto& gm) { opt.step(wm, gm, states[i]); });
       });
   }
+  if (states_out) *states_out = std::move(states);
   return m;
 }
 

@@ -3,6 +3,8 @@
 // rejection of truncated, corrupted, wrong-version, wrong-type, wrong-optimizer and wrong-shape files with
 // the live state unchanged, and kill-and-resume with real processes (fork + SIGKILL).
 
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -13,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -371,33 +376,119 @@ TEST_CASE("kill and resume: a job killed between steps resumes to the uninterrup
     std::remove(torn.c_str());
   }
   SUBCASE("killed while writing: the file on disk is always a complete checkpoint") {
-    // A large state written over and over; the parent kills the writer at an arbitrary moment.
+    // A 512 x 512 state stepped and saved in a loop by a child, which reports each completed save through a pipe.
+    // The parent waits for one (so the file on disk is the child's, not the parent's 0-step file), then watches
+    // for a save in progress (the writer's temporary file `path.tmp.<pid>`, or a destination that is not of the
+    // complete size, as a non-atomic writer's would be) and kills the child by SIGKILL at once. The file on disk
+    // must then be exactly the last reported save (or the next one, if the kill fell between its rename and its
+    // report), byte for byte; a kill that left the temporary file fell before the rename, i.e. mid-save. Up to 10
+    // children until one is killed mid-save; no sleeps, each wait bounded.
     using Big = RowMat<float>;
+    using Clock = std::chrono::steady_clock;
     const std::string big_path = temp_path("big.ckpt");
-    Big w = randn<Big>(512, 512, 7);
+    const Big w0 = randn<Big>(512, 512, 7);
     RMNP<float> rmnp;
-    std::vector<RMNP<float>::State> st{rmnp.make_state(w)};
-    save_checkpoint(big_path, rmnp, st);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-      single_threaded_child();
-      for (int k = 0;; ++k) {
-        rmnp.step(w, gradient(w, k, 0), st[0]);
-        save_checkpoint(big_path, rmnp, st);
+    // Saves n = 0, 1, ... of the trajectory, as bytes: the parent's own steps, extended as the children get ahead.
+    std::vector<std::string> saves;
+    Big w_ref = w0;
+    std::vector<RMNP<float>::State> st_ref{rmnp.make_state(w_ref)};
+    auto expected_save = [&](std::int64_t n) -> const std::string& {
+      while (std::int64_t(saves.size()) <= n) {
+        if (!saves.empty()) rmnp.step(w_ref, gradient(w_ref, int(saves.size()) - 1, 0), st_ref[0]);
+        saves.push_back(serialized(rmnp, st_ref));
       }
+      return saves[std::size_t(n)];
+    };
+    const std::size_t full_size = expected_save(0).size();  // every save of this state has the same size
+
+    bool mid_save = false;
+    for (int child = 0; child < 10 && !mid_save; ++child) {
+      CAPTURE(child);
+      {
+        Big w = w0;
+        std::vector<RMNP<float>::State> st{rmnp.make_state(w)};
+        save_checkpoint(big_path, rmnp, st);  // the parent's 0-step file
+      }
+      int fds[2];
+      REQUIRE(::pipe(fds) == 0);
+      const pid_t pid = ::fork();
+      REQUIRE(pid >= 0);
+      if (pid == 0) {
+        ::close(fds[0]);
+        single_threaded_child();
+        try {  // nothing may unwind into doctest in the child
+          Big w = w0;
+          std::vector<RMNP<float>::State> st{rmnp.make_state(w)};
+          for (int k = 0; k < 100000; ++k) {
+            rmnp.step(w, gradient(w, k, 0), st[0]);
+            save_checkpoint(big_path, rmnp, st);
+            const char done = 1;
+            if (::write(fds[1], &done, 1) != 1) ::_exit(2);
+          }
+        } catch (...) {
+          ::_exit(3);
+        }
+        ::_exit(0);
+      }
+      ::close(fds[1]);
+      const std::string tmp = big_path + ".tmp." + std::to_string(pid);
+      struct Reap {  // the child never outlives this try, whatever fails below
+        pid_t pid;
+        int fd;
+        int status = 0;
+        void operator()() {
+          if (pid > 0) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            pid = 0;
+          }
+        }
+        ~Reap() {
+          (*this)();
+          ::close(fd);
+        }
+      } reap{pid, fds[0]};
+
+      // 1. The first completed save (a child that never finishes one fails here, after 120 s at most).
+      pollfd pfd{fds[0], POLLIN, 0};
+      REQUIRE_MESSAGE(::poll(&pfd, 1, 120 * 1000) == 1, "the child reported no completed save");
+      // 2. The next save in progress: kill then.
+      bool seen = false;
+      for (const auto deadline = Clock::now() + std::chrono::seconds(60); !seen && Clock::now() < deadline;) {
+        struct stat sb;
+        seen = ::stat(tmp.c_str(), &sb) == 0 ||
+               (::stat(big_path.c_str(), &sb) == 0 ? std::size_t(sb.st_size) != full_size : true);
+        if (!seen) ::sched_yield();
+      }
+      reap();
+      REQUIRE_MESSAGE(seen, "no save in progress seen within 60 s");
+      CHECK(WIFSIGNALED(reap.status));
+      CHECK(WTERMSIG(reap.status) == SIGKILL);
+      std::int64_t reported = 0;  // completed saves: every byte the child wrote (read to end of file)
+      char buf[256];
+      for (::ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;)
+        if (n > 0) reported += n;
+        else if (errno != EINTR) break;
+      CAPTURE(reported);
+      REQUIRE(reported >= 1);
+
+      struct stat sb;
+      const bool tmp_left = ::stat(tmp.c_str(), &sb) == 0;
+      std::remove(tmp.c_str());
+      const std::string on_disk = slurp(big_path);
+      std::vector<RMNP<float>::State> loaded{rmnp.make_state(w0)};
+      CHECK_NOTHROW(load_checkpoint(big_path, rmnp, loaded));  // never torn
+      const std::int64_t steps = loaded[0].steps;
+      CAPTURE(steps);
+      CAPTURE(tmp_left);
+      // Killed before the rename: the last reported save. Otherwise perhaps one more, renamed but not reported.
+      const bool last_save = steps == reported || (!tmp_left && steps == reported + 1);
+      CHECK(last_save);
+      if (last_save) CHECK((on_disk == expected_save(steps)));  // that complete save, byte for byte
+      mid_save = tmp_left || on_disk.size() != full_size;
     }
-    ::usleep(300 * 1000);
-    ::kill(pid, SIGKILL);
-    int s = 0;
-    ::waitpid(pid, &s, 0);
-    CHECK(WIFSIGNALED(s));
-    std::vector<RMNP<float>::State> loaded{rmnp.make_state(w)};
-    CHECK_NOTHROW(load_checkpoint(big_path, rmnp, loaded));
-    CHECK(loaded[0].momentum.allFinite());
+    CHECK_MESSAGE(mid_save, "no child was killed mid-save in 10 tries");
     std::remove(big_path.c_str());
-    // The killed writer's temporary file may remain beside it; it is never read.
-    std::remove((big_path + ".tmp." + std::to_string(pid)).c_str());
   }
   std::remove(path.c_str());
 }

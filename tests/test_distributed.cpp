@@ -2,15 +2,20 @@
 // ShardedOptimizer over MPI (run by CTest under mpirun with 1, 2 and 4 ranks, label `mpi`): the sharded
 // trajectory equals the single-process one bitwise (see distributed_support.hpp for why bitwise is
 // attainable), measured traffic equals the formula of docs/distributed.md, a checkpoint written by p ranks
-// resumes on p/2, and a non-finite gradient makes every rank throw.
+// is the single-process checkpoint byte for byte and resumes on p/2 (and one written by p/2 on p), and a
+// non-finite gradient makes every rank throw.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <matopt/distributed/mpi.hpp>
 #include <matopt/distributed/sharded_optimizer.hpp>
@@ -57,15 +62,38 @@ void check_trajectory_and_traffic(ShardOptions so) {
   CHECK(sum_over_ranks(s.state_bytes(), MPI_COMM_WORLD) >= psi);
 }
 
+/// A file name every rank agrees on (rank 0's pid), unique to this run and world size.
+std::string shared_path(const char* tag, const MpiCommunicator& world) {
+  long pid = long(::getpid());
+  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  return "matopt_mpi_" + std::string(tag) + "_" + std::to_string(pid) + "_" + std::to_string(world.size()) + ".ckpt";
+}
+
+/// Rank 0 of the world (the writer): the file at `path` must be, byte for byte, the checkpoint a single process
+/// writes of its states after the same steps (matopt::save_checkpoint of the plain optimizer). Every owner's
+/// state, second moments and Dion's Q included, must have reached the file.
+template <class Opt>
+void check_file_is_single_process_checkpoint(const std::string& path, int steps) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank != 0) return;
+  std::vector<typename Opt::State> states;
+  test::reference_run<Opt>(steps, {}, &states);
+  std::ostringstream want;
+  matopt::save_checkpoint(want, Opt{}, states);
+  std::ifstream is(path, std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(is)), std::istreambuf_iterator<char>());
+  CHECK(got.size() == want.str().size());
+  CHECK((got == want.str()));  // (the bytes are not printed)
+}
+
 /// K1 steps on every rank of the world, save; then each half of the world loads the file and takes K2
 /// more steps; both halves must land on the uninterrupted single-process trajectory.
 template <class Opt>
 void check_resume_at_half_size(ShardOptions save_mode, ShardOptions load_mode) {
   constexpr int k1 = 3, k2 = 3;
   MpiCommunicator world(MPI_COMM_WORLD);
-  long pid = long(::getpid());
-  MPI_Bcast(&pid, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-  const std::string path = "matopt_mpi_" + std::to_string(pid) + "_" + std::to_string(world.size()) + ".ckpt";
+  const std::string path = shared_path("half", world);
   const auto ref = test::reference_run<Opt>(k1 + k2);
 
   Model<typename Opt::Scalar> m;
@@ -74,6 +102,7 @@ void check_resume_at_half_size(ShardOptions save_mode, ShardOptions load_mode) {
     test::run_steps(s, m, world, 0, k1);
     s.save_checkpoint(path);
   }
+  check_file_is_single_process_checkpoint<Opt>(path, k1);
   const int half = std::max(1, world.size() / 2);
   MPI_Comm sub;
   MPI_Comm_split(MPI_COMM_WORLD, world.rank() / half, world.rank(), &sub);
@@ -86,6 +115,42 @@ void check_resume_at_half_size(ShardOptions save_mode, ShardOptions load_mode) {
     CHECK(test::same_bits(m, ref));
   }
   MPI_Comm_free(&sub);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world.rank() == 0) std::remove(path.c_str());
+}
+
+/// The other way: the first half of the world (max(1, p/2) ranks) takes K1 steps and saves; the parameters reach
+/// the other ranks by a broadcast (a model checkpoint's job); all p ranks load the file, where the plan gives
+/// the states other owners than the ones that saved them, and take K2 more steps: the uninterrupted
+/// single-process trajectory, bitwise.
+template <class Opt>
+void check_resume_at_double_size(ShardOptions save_mode, ShardOptions load_mode) {
+  constexpr int k1 = 3, k2 = 3;
+  MpiCommunicator world(MPI_COMM_WORLD);
+  const std::string path = shared_path("double", world);
+  const auto ref = test::reference_run<Opt>(k1 + k2);
+
+  Model<typename Opt::Scalar> m;
+  const int half = std::max(1, world.size() / 2);
+  MPI_Comm sub;
+  MPI_Comm_split(MPI_COMM_WORLD, world.rank() < half ? 0 : MPI_UNDEFINED, world.rank(), &sub);
+  if (sub != MPI_COMM_NULL) {
+    {
+      MpiCommunicator comm(sub);
+      ShardedOptimizer<Opt> s(comm, m.views(), {}, save_mode);
+      test::run_steps(s, m, comm, 0, k1);
+      s.save_checkpoint(path);  // by world rank 0, which is the sub-communicator's rank 0
+    }
+    MPI_Comm_free(&sub);
+  }
+  check_file_is_single_process_checkpoint<Opt>(path, k1);
+  for (auto& d : m.data) MPI_Bcast(d.data(), int(d.size() * sizeof(d[0])), MPI_BYTE, 0, MPI_COMM_WORLD);
+  {
+    ShardedOptimizer<Opt> s(world, m.views(), {}, load_mode);
+    s.load_checkpoint(path);
+    test::run_steps(s, m, world, k1, k1 + k2);
+    CHECK(test::same_bits(m, ref));
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   if (world.rank() == 0) std::remove(path.c_str());
 }
@@ -118,6 +183,18 @@ TEST_CASE("MPI: a checkpoint written by p ranks resumes on p/2 ranks on the same
   check_resume_at_half_size<OrScale<float>>({ShardMode::Owner}, {ShardMode::Owner});
   check_resume_at_half_size<RMNP<float>>({ShardMode::RowSharded}, {ShardMode::Owner});
   check_resume_at_half_size<RMNP<float>>({ShardMode::Owner}, {ShardMode::RowSharded});
+}
+
+TEST_CASE("MPI: NorMuon, AdaMuon and Dion checkpoints (S and Q saved by their owner ranks) resume at p/2 and at p "
+          "ranks on the same trajectory") {
+  // Owner mode only: their preconditioners are not row-local (NorMuon's S is per row of the orthogonalized
+  // update, AdaMuon's elementwise, Dion's Q a whole-matrix power-iteration basis).
+  check_resume_at_half_size<NorMuon<float>>({ShardMode::Owner}, {ShardMode::Owner});
+  check_resume_at_half_size<AdaMuon<float>>({ShardMode::Owner, GradSync::AllReduce}, {ShardMode::Owner});
+  check_resume_at_half_size<Dion<float>>({ShardMode::Owner}, {ShardMode::Owner, GradSync::AllReduce});
+  check_resume_at_double_size<NorMuon<float>>({ShardMode::Owner}, {ShardMode::Owner});
+  check_resume_at_double_size<AdaMuon<float>>({ShardMode::Owner}, {ShardMode::Owner, GradSync::AllReduce});
+  check_resume_at_double_size<Dion<float>>({ShardMode::Owner, GradSync::AllReduce}, {ShardMode::Owner});
 }
 
 TEST_CASE("MPI: a non-finite gradient on one rank makes every rank throw, nothing written") {
