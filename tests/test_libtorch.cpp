@@ -1,8 +1,13 @@
 // SPDX-License-Identifier: MIT
 // matopt::TorchOptimizer (include/matopt/integration/libtorch.hpp): routing, bitwise agreement with
 // HybridOptimizer on the same views, the AdamW route against torch::optim::AdamW (an independent
-// implementation), param-group lr changes and libtorch's schedulers, save/load, refused tensors.
+// implementation), param-group lr changes and libtorch's schedulers, save/load, refused tensors; and steps against
+// closed forms written out here in double: explicit groups' lr and decay, StepLR, options() changes, tied weights,
+// the typed-optimizer constructor.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -66,6 +71,75 @@ std::vector<torch::Tensor> snapshot(Net& net) {
   for (const auto& p : net->parameters()) v.push_back(p.detach().clone());
   return v;
 }
+
+template <class T>
+torch::ScalarType dtype_of() {
+  return std::is_same_v<T, float> ? torch::kFloat32 : torch::kFloat64;
+}
+
+/// max |a - b| over the entries, in double.
+double max_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.detach().to(torch::kFloat64) - b.detach().to(torch::kFloat64)).abs().max().item<double>();
+}
+
+/// What storing a step's result in T may cost: a few units in the last place of the largest weight.
+template <class T>
+double step_tol(const torch::Tensor& w) {
+  return 2 * double(std::numeric_limits<T>::epsilon()) * std::max(1.0, w.detach().abs().max().item<double>());
+}
+
+/// Each row of U's (size(0), numel / size(0)) view over its l2 norm, in double (RMNP's direction, arXiv
+/// 2603.20527; Dominator-Index/RMNP: F.normalize over the input dimension).
+torch::Tensor rows_normalized(const torch::Tensor& u) {
+  const auto u2 = u.detach().to(torch::kFloat64).reshape({u.size(0), -1});
+  return (u2 / u2.norm(2, {1}, true)).reshape(u.sizes());
+}
+
+/// Muon's shape factor max(1, m/n)^(1/2) of that view (KellerJordan/Muon).
+double muon_scale(const torch::Tensor& w) {
+  const double m = double(w.size(0)), n = double(w.numel()) / m;
+  return std::sqrt(std::max(1.0, m / n));
+}
+
+/// One step of RMNP (the matrix route) or AdamW on a gradient G that was the same at every step so far, written
+/// out in double. RMNP: each Sum-Nesterov direction (1 + b) G + b^2 V is then a positive multiple of G, so the
+/// step is W (1 - lr wd) - lr s G_i / ||G_i|| row by row. AdamW (torch.optim.AdamW): the bias-corrected moments
+/// are G and G^2, so the step is W (1 - lr wd) - lr G / (|G| + eps). Both linear in lr, for any step count.
+torch::Tensor constant_grad_step(const torch::Tensor& w, const torch::Tensor& g, Route route, double lr, double wd) {
+  const auto w64 = w.detach().to(torch::kFloat64), g64 = g.detach().to(torch::kFloat64);
+  if (route == Route::AdamW) return w64 * (1 - lr * wd) - lr * g64 / (g64.abs() + 1e-8);
+  return w64 * (1 - lr * wd) - lr * muon_scale(w) * rows_normalized(g64);
+}
+
+matopt::TorchGroupOptions& group_options(matopt::TorchOptimizer& opt, std::size_t g) {
+  return static_cast<matopt::TorchGroupOptions&>(opt.param_groups()[g].options());
+}
+
+/// A module that holds a given tensor as its "weight": one tensor registered in two modules is a tied weight
+/// (GPT-2's lm_head and wte; a layer applied twice).
+struct TiedImpl : torch::nn::Module {
+  explicit TiedImpl(torch::Tensor w) { weight = register_parameter("weight", std::move(w)); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(Tied);
+
+struct TiedNetImpl : torch::nn::Module {
+  TiedNetImpl() {
+    wte = register_module("wte", torch::nn::Embedding(10, 6));
+    layer0 = register_module("layer0", torch::nn::Linear(torch::nn::LinearOptions(6, 6).bias(false)));
+    layer1 = register_module("layer1", Tied(layer0->weight));  // layer0's weight, applied a second time
+    lm_head = register_module("lm_head", Tied(wte->weight));   // the output head is the embedding
+  }
+  torch::Tensor forward(const torch::Tensor& tokens) {
+    auto x = torch::tanh(layer0(wte(tokens)));
+    x = torch::tanh(torch::matmul(x, layer1->weight.t()));
+    return torch::matmul(x, lm_head->weight.t());
+  }
+  torch::nn::Embedding wte{nullptr};
+  torch::nn::Linear layer0{nullptr};
+  Tied layer1{nullptr}, lm_head{nullptr};
+};
+TORCH_MODULE(TiedNet);
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -347,7 +421,7 @@ TEST_CASE("TorchOptimizer skips parameters without a gradient, runs the closure,
   set_grads(net, 0);
   net->fc1->bias.mutable_grad() = torch::Tensor();  // no gradient this step
   const auto bias = net->fc1->bias.detach().clone(), weight = net->fc1->weight.detach().clone();
-  const auto version = net->fc1->weight._version();
+  const auto version = net->fc1->weight._version(), bias_version = net->fc1->bias._version();
   int calls = 0;
   const auto loss = opt.step([&] {
     ++calls;
@@ -358,7 +432,7 @@ TEST_CASE("TorchOptimizer skips parameters without a gradient, runs the closure,
   CHECK(bitwise_equal(net->fc1->bias, bias));
   CHECK(!bitwise_equal(net->fc1->weight, weight));
   CHECK(net->fc1->weight._version() > version);
-  CHECK(net->fc1->bias._version() == net->fc1->bias._version());
+  CHECK(net->fc1->bias._version() == bias_version);  // not stepped: its counter is not advanced
 
   // zero_grad is torch's own, over the same param groups.
   opt.zero_grad();
@@ -397,4 +471,278 @@ TEST_CASE("TorchOptimizer: explicit param groups with their own lr, and roles by
   CHECK(custom.route("head.weight") == Route::Matrix);
   CHECK(custom.route("emb.weight") == Route::Matrix);
   CHECK(custom.route("head.bias") == Route::AdamW);
+}
+
+TEST_CASE_TEMPLATE("TorchOptimizer: an explicit TorchParamGroup's lr and weight decay are what its steps use", T, float,
+                   double) {
+  Net net = make_net(dtype_of<T>(), 11);
+  // Four groups, none at its route's settings (RMNP here lr 0.03, decay 0.02; AdamW lr 2e-3, decay 0.01): matrix
+  // groups at lr 0.005 (the route's decay) and 0.01 (decay 0.1), an AdamW group with its own lr and decay and one
+  // with neither; the other parameters are in no group.
+  std::vector<matopt::TorchParamGroup> groups(4);
+  groups[0] = {{{"fc1.weight", net->fc1->weight}}, Route::Matrix, 0.005, std::nullopt};
+  groups[1] = {{{"conv.weight", net->conv->weight}}, Route::Matrix, 0.01, 0.1};
+  groups[2] = {{{"fc1.bias", net->fc1->bias}, {"norm.weight", net->norm->weight}}, Route::AdamW, 1e-3, 0.05};
+  groups[3] = {{{"head.bias", net->head->bias}}, Route::AdamW, std::nullopt, std::nullopt};
+  matopt::TorchOptions o;
+  o.adamw = {{"lr", "2e-3"}, {"weight_decay", "0.01"}};
+  matopt::TorchOptimizer opt(groups, "rmnp", {{"lr", "0.03"}, {"weight_decay", "0.02"}}, o);
+  const double lr[] = {0.005, 0.01, 1e-3, double(T(2e-3))};
+  const double wd[] = {double(T(0.02)), 0.1, 0.05, double(T(0.01))};
+  for (std::size_t g = 0; g < 4; ++g) {
+    CAPTURE(g);
+    CHECK(group_options(opt, g).lr() == lr[g]);
+    CHECK(group_options(opt, g).weight_decay() == wd[g]);
+  }
+  const std::map<std::string, std::size_t> group_of = {
+      {"fc1.weight", 0}, {"conv.weight", 1}, {"fc1.bias", 2}, {"norm.weight", 2}, {"head.bias", 3}};
+  set_grads(net, 0);  // the same gradients at both steps
+  for (int k = 0; k < 2; ++k) {
+    const auto before = snapshot(net);
+    opt.step();
+    std::size_t i = 0;
+    for (const auto& item : net->named_parameters()) {
+      CAPTURE(k);
+      CAPTURE(item.key());
+      const torch::Tensor& b = before[i++];
+      const auto it = group_of.find(item.key());
+      if (it == group_of.end()) {
+        CHECK(bitwise_equal(item.value(), b));  // a gradient, but in no group: not stepped
+        continue;
+      }
+      const std::size_t g = it->second;
+      const auto expected = constant_grad_step(b, item.value().grad(), groups[g].route, lr[g], wd[g]);
+      CHECK(max_diff(item.value(), expected) <= step_tol<T>(b));
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("TorchOptimizer: after libtorch's StepLR halves the lr, the next step's update halves, on both "
+                   "routes",
+                   T, float, double) {
+  Net net = make_net(dtype_of<T>(), 12);
+  matopt::TorchOptimizer opt(net->named_parameters(), "rmnp");  // no weight decay on either route
+  torch::optim::StepLR schedule(opt, /*step_size=*/1, /*gamma=*/0.5);
+  set_grads(net, 0);  // the same gradients at every step: the updates differ by the lr only
+  std::vector<torch::Tensor> last;
+  double last_lr[2] = {0, 0};
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    const double lr[2] = {group_options(opt, 0).lr(), group_options(opt, 1).lr()};
+    if (k >= 2)  // libtorch's StepLR: its first step() is epoch 0 (lr kept), each later one halves
+      for (int g = 0; g < 2; ++g) REQUIRE(lr[g] == last_lr[g] / 2);
+    const auto before = snapshot(net);
+    opt.step();
+    schedule.step();
+    std::vector<torch::Tensor> update;
+    std::size_t i = 0;
+    for (const auto& item : net->named_parameters()) {
+      CAPTURE(item.key());
+      const torch::Tensor& b = before[i];
+      const Route route = opt.route(item.key());
+      const double lr_p = lr[route == Route::Matrix ? 0 : 1];
+      CHECK(max_diff(item.value(), constant_grad_step(b, item.value().grad(), route, lr_p, 0)) <= step_tol<T>(b));
+      update.push_back(item.value().to(torch::kFloat64) - b.to(torch::kFloat64));
+      if (k >= 2) CHECK(max_diff(update[i], 0.5 * last[i]) <= step_tol<T>(b));  // x0.5 of the step before
+      ++i;
+    }
+    last = update;
+    last_lr[0] = lr[0];
+    last_lr[1] = lr[1];
+  }
+}
+
+TEST_CASE_TEMPLATE("TorchOptimizer: weight decay and lr set through a param group's options() take effect at the next "
+                   "step, on both routes",
+                   T, float, double) {
+  Net net = make_net(dtype_of<T>(), 13);
+  matopt::TorchOptimizer opt(net->named_parameters(), "rmnp");  // decay 0 on both routes
+  set_grads(net, 0);  // the same gradients at every step
+  std::vector<torch::Tensor> last;
+  for (int k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    if (k == 1) {  // decay on: decoupled, the update gains -lr wd W (Loshchilov & Hutter)
+      group_options(opt, 0).weight_decay(0.1);
+      group_options(opt, 1).weight_decay(0.05);
+    }
+    if (k == 2) {  // torch's own setter, on both groups
+      opt.param_groups()[0].options().set_lr(0.01);
+      opt.param_groups()[1].options().set_lr(1.2e-3);
+    }
+    const double lr[2] = {group_options(opt, 0).lr(), group_options(opt, 1).lr()};
+    const double wd[2] = {group_options(opt, 0).weight_decay(), group_options(opt, 1).weight_decay()};
+    const auto before = snapshot(net);
+    opt.step();
+    std::vector<torch::Tensor> update;
+    std::size_t i = 0;
+    for (const auto& item : net->named_parameters()) {
+      CAPTURE(item.key());
+      const torch::Tensor& b = before[i];
+      const Route route = opt.route(item.key());
+      const std::size_t g = route == Route::Matrix ? 0 : 1;
+      CHECK(max_diff(item.value(), constant_grad_step(b, item.value().grad(), route, lr[g], wd[g])) <= step_tol<T>(b));
+      update.push_back(item.value().to(torch::kFloat64) - b.to(torch::kFloat64));
+      if (k == 1)  // same lr, same direction: the update changed by exactly -lr (wd - 0) W
+        CHECK(max_diff(update[i] - last[i], -lr[g] * wd[g] * b.to(torch::kFloat64)) <= step_tol<T>(b));
+      ++i;
+    }
+    last = update;
+  }
+  CHECK(group_options(opt, 1).lr() == 1.2e-3);
+}
+
+TEST_CASE_TEMPLATE("TorchOptimizer: a tied weight (one tensor registered under two names) is stepped once per step", T,
+                   float, double) {
+  torch::manual_seed(14);
+  TiedNet net;
+  net->to(dtype_of<T>());
+  const auto named = net->named_parameters();
+  REQUIRE(named.size() == 4);  // libtorch lists a tied tensor under both of its names
+  REQUIRE(named["layer1.weight"].is_same(named["layer0.weight"]));
+  REQUIRE(named["lm_head.weight"].is_same(named["wte.weight"]));
+  matopt::TorchOptimizer opt(named, "rmnp");
+  CHECK(opt.names() == std::vector<std::string>{"layer0.weight", "wte.weight"});
+  CHECK(opt.route("layer1.weight") == Route::Matrix);
+  CHECK(opt.route("lm_head.weight") == Route::AdamW);  // the embedding's route: its first name's
+  CHECK(opt.param_groups()[0].params().size() == 1);
+  CHECK(opt.param_groups()[1].params().size() == 1);
+  // One gradient per tensor, both uses summed by autograd; kept for two steps.
+  const auto tokens = (torch::arange(12, torch::kInt64) * 7 + 3).remainder(10);
+  torch::nn::functional::cross_entropy(net->forward(tokens), (tokens * 3 + 1).remainder(10)).backward();
+  const double lr[2] = {group_options(opt, 0).lr(), group_options(opt, 1).lr()};
+  for (int k = 0; k < 2; ++k) {
+    CAPTURE(k);
+    const auto w0 = net->layer0->weight.detach().clone(), e0 = net->wte->weight.detach().clone();
+    opt.step();
+    // Stepped twice, each would move by twice the closed form's step (the second direction is a multiple of G).
+    CHECK(max_diff(net->layer0->weight, constant_grad_step(w0, net->layer0->weight.grad(), Route::Matrix, lr[0], 0)) <=
+          step_tol<T>(w0));
+    CHECK(max_diff(net->wte->weight, constant_grad_step(e0, net->wte->weight.grad(), Route::AdamW, lr[1], 0)) <=
+          step_tol<T>(e0));
+  }
+}
+
+TEST_CASE_TEMPLATE("TorchOptimizer built from a typed optimizer steps with it, its options included, and refuses "
+                   "another scalar type",
+                   T, float, double) {
+  using Other = std::conditional_t<std::is_same_v<T, float>, double, float>;
+  Net net = make_net(dtype_of<T>(), 15);
+  typename matopt::RMNP<T>::Options ro;
+  ro.lr = T(0.01);
+  ro.momentum = T(0.9);
+  ro.weight_decay = T(0.05);
+  matopt::TorchOptions o;
+  o.adamw = {{"lr", "2e-3"}, {"beta2", "0.99"}, {"weight_decay", "0.1"}};
+  matopt::TorchOptimizer opt(net->named_parameters(), matopt::RMNP<T>(ro), o);
+  CHECK(group_options(opt, 0).lr() == double(ro.lr));
+  CHECK(group_options(opt, 0).weight_decay() == double(ro.weight_decay));
+  CHECK(opt.route("fc1.weight") == Route::Matrix);
+  CHECK(opt.route("fc1.bias") == Route::AdamW);
+
+  // The reference, written out with torch ops in double. RMNP (arXiv 2603.20527; momentum.hpp's Sum-Nesterov):
+  // U = (1 + b) G + b^2 V, V <- b V + G, W <- W (1 - lr wd) - lr s U_i / ||U_i||. AdamW as torch.optim.AdamW.
+  const double b = double(ro.momentum), lr = double(ro.lr), wd = double(ro.weight_decay);
+  const double a_lr = double(T(2e-3)), b1 = double(T(0.9)), b2 = double(T(0.99)), a_wd = double(T(0.1));
+  std::map<std::string, torch::Tensor> w, v, m, s;
+  for (const auto& item : net->named_parameters()) {
+    w[item.key()] = item.value().detach().to(torch::kFloat64).clone();  // (to() of a double tensor is itself)
+    v[item.key()] = torch::zeros_like(w[item.key()]);
+    m[item.key()] = torch::zeros_like(w[item.key()]);
+    s[item.key()] = torch::zeros_like(w[item.key()]);
+  }
+  for (int k = 0; k < 3; ++k) {
+    set_grads(net, k);
+    opt.step();
+    for (const auto& item : net->named_parameters()) {
+      const std::string& n = item.key();
+      const auto g = item.value().grad().to(torch::kFloat64);
+      if (opt.route(n) == Route::Matrix) {
+        const auto u = (1 + b) * g + b * b * v[n];
+        v[n] = b * v[n] + g;
+        w[n] = w[n] * (1 - lr * wd) - lr * muon_scale(w[n]) * rows_normalized(u);
+      } else {
+        const double t = k + 1;
+        m[n] = b1 * m[n] + (1 - b1) * g;
+        s[n] = b2 * s[n] + (1 - b2) * g * g;
+        w[n] = w[n] * (1 - a_lr * a_wd) -
+               a_lr / (1 - std::pow(b1, t)) * m[n] / (s[n].sqrt() / std::sqrt(1 - std::pow(b2, t)) + 1e-8);
+      }
+    }
+  }
+  for (const auto& item : net->named_parameters()) {
+    CAPTURE(item.key());
+    CHECK(max_diff(item.value(), w[item.key()]) <= 2 * step_tol<T>(w[item.key()]));  // three steps' rounding
+  }
+
+  // Any composition, not only a preset: row normalization without momentum at unit scale, W <- W - lr G_i/||G_i||
+  // (under RMNP's factor the 8x6 fc1.weight would move sqrt(4/3) as far).
+  using RowsOnly = matopt::Optimizer<T, matopt::RowNormalize, matopt::NoMomentum, matopt::Static<matopt::shape::Unit>>;
+  typename RowsOnly::Options po;
+  po.lr = T(0.04);
+  Net net2 = make_net(dtype_of<T>(), 16);
+  matopt::TorchOptimizer rows_only(net2->named_parameters(), RowsOnly(po));
+  set_grads(net2, 0);
+  const auto before = snapshot(net2);
+  rows_only.step();
+  std::size_t i = 0;
+  for (const auto& item : net2->named_parameters()) {
+    CAPTURE(item.key());
+    const torch::Tensor& w0 = before[i++];
+    if (rows_only.route(item.key()) != Route::Matrix) continue;
+    const auto expected = w0.to(torch::kFloat64) - double(po.lr) * rows_normalized(item.value().grad());
+    CHECK(max_diff(item.value(), expected) <= step_tol<T>(w0));
+  }
+
+  const std::string refused =
+      error_of([&] { matopt::TorchOptimizer bad(net->named_parameters(), matopt::RMNP<Other>{}); });
+  CHECK(refused.find(std::string("the matrix optimizer's scalar type is not the parameters' dtype (") +
+                     (std::is_same_v<T, float> ? "float32" : "float64") + ")") != std::string::npos);
+}
+
+TEST_CASE_TEMPLATE("TorchOptimizer: torch::save and torch::load resume bitwise for NorMuon with AdamW and Muon with "
+                   "Lion, with the group options",
+                   T, float, double) {
+  const auto dtype = dtype_of<T>();
+  for (const auto& setup : {std::pair{"normuon", "adamw"}, std::pair{"muon", "lion"}}) {
+    const std::string preset = setup.first;
+    CAPTURE(preset);
+    matopt::TorchOptions o;
+    o.vector_optimizer = setup.second;
+    Net a = make_net(dtype, 21);
+    matopt::TorchOptimizer oa(a->named_parameters(), preset, {}, o);
+    for (int k = 0; k < 2; ++k) {
+      set_grads(a, k);
+      oa.step();
+    }
+    group_options(oa, 0).lr(0.015).weight_decay(0.03);  // changed through torch's options: the archive keeps them
+    group_options(oa, 1).weight_decay(0.02);
+    std::stringstream model_bytes, opt_bytes;
+    torch::save(a, model_bytes);
+    torch::save(oa, opt_bytes);
+    const auto saved = snapshot(a);
+    for (int k = 2; k < 5; ++k) {
+      set_grads(a, k);
+      oa.step();
+    }
+
+    Net b = make_net(dtype, 98);
+    matopt::TorchOptimizer ob(b->named_parameters(), preset, {}, o);
+    torch::load(b, model_bytes);
+    torch::load(ob, opt_bytes);
+    for (std::size_t g = 0; g < 2; ++g) {
+      CHECK(group_options(ob, g).lr() == group_options(oa, g).lr());
+      CHECK(group_options(ob, g).weight_decay() == group_options(oa, g).weight_decay());
+    }
+    for (int k = 2; k < 5; ++k) {
+      set_grads(b, k);
+      ob.step();
+    }
+    const auto pb = b->named_parameters();
+    std::size_t i = 0;
+    for (const auto& item : a->named_parameters()) {
+      CAPTURE(item.key());
+      CHECK(bitwise_equal(item.value(), pb[item.key()]));
+      CHECK(!bitwise_equal(item.value(), saved[i++]));  // the resumed steps moved it
+    }
+  }
 }
