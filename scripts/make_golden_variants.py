@@ -33,14 +33,32 @@ Jordan coefficients K5 or the per-step quintic coefficients Q5; scale(m, n) = ma
   * adamuon_heads / namo_heads: AdaMuon (elementwise S per head) and NAMO (a scalar S and |G_head|_F, |M_head|_F per
     head) per head.
   * muon_qkv_groups: Megatron's interleaved linear_qkv (TensorParallelMuon.orthogonalize, split_qkv): G = 2 query
-    groups of [q, k, v] rows ((6, 2, 2) tall, (4, 1, 1) wide); Q = the q rows of every group in group order, K and
-    V likewise; each gets one NS and scale(its rows, n); the rows go back to their places.
+    groups of [q, k, v] rows ((6, 2, 2) tall, (4, 1, 1) wide, (4, 2, 2) square); Q = the q rows of every group in
+    group order, K and V likewise; each gets one NS and scale(its rows, n); the rows go back to their places.
+  * normuon_split / normuon_split_longer / adamuon_split / namo_split: the second moments per block of split sizes
+    (dion split_sizes with NorMuon): each contiguous block of SPLITS rows is a parameter of its own, as per head:
+    its own S, its own Frobenius rescale (NorMuon), its own |G_block|_F and |M_block|_F (NAMO), the RMS target
+    0.2 sqrt(rows_i n) (AdaMuon) and scale(rows_i, n). Unequal blocks: S of block i starts after the states of
+    blocks 0..i-1, whose sizes differ (AdaMuon), which equal heads cannot tell from other offsets.
+  * normuon_qkv_groups / normuon_qkv_groups_longer / adamuon_qkv_groups / namo_qkv_groups: the same per block of
+    Megatron's interleaved QKV (QKV_GROUPS): block i gathers slice i of every group in group order (as
+    muon_qkv_groups), steps as a parameter of G r_i rows, and its rows go back to their places. |G_block|_F is over
+    the block's interleaved runs. The tall Q block is 12 x 12: the longer-axis tie-break (rows when m >= n) per block.
   * dion / dion_half: microsoft/dion dion_reference.py (arXiv 2504.05295), rank min(m, n) and ceil(min / 2):
     M += G; B = M (m >= n) or M^T; P = QR(B Q).Q; R = B^T P; M -= (1 - mu) P R^T (in W's orientation);
     Q = R / (|R|_col + 1e-8); W = W (1 - lr wd) - lr sqrt(m/n) P Q^T; mu 0.95, lr 0.01, wd 0.01. Its own
     data (dion_data/...) and starting Q (.../Q0, randn), from a second generator.
   * lion: google/automl lion_pytorch.py: W *= 1 - lr wd; W -= lr sign(b1 M + (1 - b1) g);
     M = b2 M + (1 - b2) g.
+
+Shapes: tall 20 x 12 and wide 12 x 28 (one generator, seed 20261201, shared with Lion's data), and square 16 x 16
+with every variant above, Dion included (its own generator, seed 20261203, so that the other shapes' and Lion's
+random numbers stay as they were). A square W pins each m == n tie-break: the NS orientation (transpose when
+m > n) is symmetric in exact arithmetic, but Turbo-Muon's AOL scaling (rows of the untransposed X), NorMuon's
+longer axis (rows when m >= n) and Dion's B = M (m >= n) are not. Blocks added after the first version of this
+file are written after it (the row-block second moments of tall and wide, then square), so that the earlier
+blocks keep their places. Another machine's BLAS / LAPACK can change the last digits of a few blocks (SVD, QR and
+some products: about 1e-16 relative); the random data do not change.
 
 Usage: python3 scripts/make_golden_variants.py tests/golden/variants.txt
 Format: blocks "matrix <name> <rows> <cols>" followed by rows*cols values, row-major, %.17g.
@@ -207,10 +225,10 @@ def turbo_muon(W, G, state, lr=0.02, wd=0.01):
 
 
 # Row blocks (dion num_heads / split_sizes): each block of rows is orthogonalized and scaled as a matrix of its
-# own shape; one momentum buffer. Blocks per shape: heads 4 (tall, 5 rows each) and 3 (wide, 4 rows each);
-# split sizes (8, 6, 6) and (6, 3, 3).
-HEADS = {20: 4, 12: 3}
-SPLITS = {20: (8, 6, 6), 12: (6, 3, 3)}
+# own shape; one momentum buffer. Blocks per shape: heads 4 (tall, 5 rows each), 3 (wide, 4 rows each) and 4
+# (square, 4 rows each); split sizes (8, 6, 6), (6, 3, 3) and (8, 5, 3).
+HEADS = {20: 4, 12: 3, 16: 4}
+SPLITS = {20: (8, 6, 6), 12: (6, 3, 3), 16: (8, 5, 3)}
 
 
 def muon_heads(W, G, state, lr=0.02, wd=0.01):
@@ -238,7 +256,7 @@ def per_head(step):
     return run
 
 
-QKV_GROUPS = {20: (2, (6, 2, 2)), 12: (2, (4, 1, 1))}
+QKV_GROUPS = {20: (2, (6, 2, 2)), 12: (2, (4, 1, 1)), 16: (2, (4, 2, 2))}
 
 
 def muon_qkv_groups(W, G, state, lr=0.02, wd=0.01):
@@ -250,6 +268,41 @@ def muon_qkv_groups(W, G, state, lr=0.02, wd=0.01):
     U_parts = [newton_schulz(p.reshape(-1, n), K5) * muon_scale(groups * r, n) for p, r in zip(parts, sizes)]
     U = torch.cat([u.view(groups, r, n) for u, r in zip(U_parts, sizes)], dim=1).reshape(m, n)
     return W * (1 - lr * wd) - lr * U
+
+
+def per_rows(blocks_of, step):
+    """`step` on each block of rows (a list of row indices, blocks_of(m)) as a parameter of its own: the block's
+    rows of W and G gathered in order, a state of its own, the result put back in the block's rows."""
+    def run(W, G, state, **kw):
+        rows = blocks_of(W.size(0))
+        blocks = state.setdefault("blocks", [{} for _ in rows])
+        out = torch.empty_like(W)
+        for r, sb in zip(rows, blocks):
+            idx = torch.tensor(r)
+            out[idx] = step(W[idx], G[idx], sb, **kw)
+        return out
+    return run
+
+
+def split_rows(m):
+    """dion split_sizes: contiguous blocks of SPLITS[m] rows."""
+    starts = [sum(SPLITS[m][:i]) for i in range(len(SPLITS[m]))]
+    return [list(range(s, s + r)) for s, r in zip(starts, SPLITS[m])]
+
+
+def qkv_group_rows(m):
+    """Megatron's interleaved linear_qkv: block i = slice i of every group, in group order (muon_qkv_groups)."""
+    groups, sizes = QKV_GROUPS[m]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [[g * sum(sizes) + s + k for g in range(groups) for k in range(r)] for s, r in zip(starts, sizes)]
+
+
+def per_split(step):
+    return per_rows(split_rows, step)
+
+
+def per_qkv_group(step):
+    return per_rows(qkv_group_rows, step)
 
 
 def dion(W, G, state, lr=0.01, wd=0.01, mu=0.95, eps=1e-8):
@@ -290,7 +343,19 @@ VARIANTS = {
     "namo_heads": per_head(namo),
     "muon_qkv_groups": muon_qkv_groups,
 }
+# Second moments on unequal row blocks: written after the first version's blocks (tall, wide), and for square.
+ROW_BLOCK_MOMENTS = {
+    "normuon_split": per_split(normuon),
+    "normuon_split_longer": per_split(normuon_longer),
+    "adamuon_split": per_split(adamuon),
+    "namo_split": per_split(namo),
+    "normuon_qkv_groups": per_qkv_group(normuon),
+    "normuon_qkv_groups_longer": per_qkv_group(normuon_longer),
+    "adamuon_qkv_groups": per_qkv_group(adamuon),
+    "namo_qkv_groups": per_qkv_group(namo),
+}
 SHAPES = {"tall": (20, 12), "wide": (12, 28)}
+SQUARE = (16, 16)
 
 
 def lion(W, g, M, lr=1e-2, wd=0.1, beta1=0.9, beta2=0.99):
@@ -307,37 +372,54 @@ def write(out, name, t):
         out.write(" ".join(f"{v:.17g}" for v in row) + "\n")
 
 
+def shape_data(gen, m, n):
+    w0 = torch.randn(m, n, generator=gen) / n ** 0.5
+    grads = [torch.randn(m, n, generator=gen) for _ in range(3)]
+    grads[1] += 2.0 * torch.randn(m, 1, generator=gen) @ torch.randn(1, n, generator=gen)
+    return w0, grads
+
+
+def write_data(out, shape_name, w0, grads):
+    write(out, f"{shape_name}/W0", w0)
+    for k, g in enumerate(grads, 1):
+        write(out, f"{shape_name}/G{k}", g)
+
+
+def write_variants(out, shape_name, w0, grads, variants):
+    for name, step in variants.items():
+        W, state = w0.clone(), {}
+        for k, g in enumerate(grads, 1):
+            W = step(W, g, state)
+            write(out, f"{shape_name}/{name}/W{k}", W)
+
+
+def write_dion(out, shape_name, m, n, gen_dion):
+    """Dion with rank_fraction 1 and 0.5: the starting Q (min(m, n) x r, randn as dion's) is written too."""
+    w0 = torch.randn(m, n, generator=gen_dion) / n ** 0.5
+    grads = [torch.randn(m, n, generator=gen_dion) for _ in range(3)]
+    write(out, f"{shape_name}/dion_data/W0", w0)
+    for k, g in enumerate(grads, 1):
+        write(out, f"{shape_name}/dion_data/G{k}", g)
+    for name, rank in (("dion", min(m, n)), ("dion_half", (min(m, n) + 1) // 2)):
+        state = {"Q": torch.randn(min(m, n), rank, generator=gen_dion)}
+        write(out, f"{shape_name}/{name}/Q0", state["Q"])
+        W = w0.clone()
+        for k, g in enumerate(grads, 1):
+            W = dion(W, g, state)
+            write(out, f"{shape_name}/{name}/W{k}", W)
+
+
 def main(path):
     gen = torch.Generator().manual_seed(20261201)
     with open(path, "w") as out:
         out.write("# matopt golden data: scripts/make_golden_variants.py, torch %s, float64\n" % torch.__version__)
+        data = {}
         for shape_name, (m, n) in SHAPES.items():
-            w0 = torch.randn(m, n, generator=gen) / n ** 0.5
-            grads = [torch.randn(m, n, generator=gen) for _ in range(3)]
-            grads[1] += 2.0 * torch.randn(m, 1, generator=gen) @ torch.randn(1, n, generator=gen)
-            write(out, f"{shape_name}/W0", w0)
-            for k, g in enumerate(grads, 1):
-                write(out, f"{shape_name}/G{k}", g)
-            for name, step in VARIANTS.items():
-                W, state = w0.clone(), {}
-                for k, g in enumerate(grads, 1):
-                    W = step(W, g, state)
-                    write(out, f"{shape_name}/{name}/W{k}", W)
-        # Dion with rank_fraction 1 and 0.5: the starting Q (min(m, n) x r, randn as dion's) is written too.
+            data[shape_name] = shape_data(gen, m, n)
+            write_data(out, shape_name, *data[shape_name])
+            write_variants(out, shape_name, *data[shape_name], VARIANTS)
         for shape_name, (m, n) in SHAPES.items():
-            gen_dion = torch.Generator().manual_seed(20261202)
-            w0 = torch.randn(m, n, generator=gen_dion) / n ** 0.5
-            grads = [torch.randn(m, n, generator=gen_dion) for _ in range(3)]
-            write(out, f"{shape_name}/dion_data/W0", w0)
-            for k, g in enumerate(grads, 1):
-                write(out, f"{shape_name}/dion_data/G{k}", g)
-            for name, rank in (("dion", min(m, n)), ("dion_half", (min(m, n) + 1) // 2)):
-                state = {"Q": torch.randn(min(m, n), rank, generator=gen_dion)}
-                write(out, f"{shape_name}/{name}/Q0", state["Q"])
-                W = w0.clone()
-                for k, g in enumerate(grads, 1):
-                    W = dion(W, g, state)
-                    write(out, f"{shape_name}/{name}/W{k}", W)
+            write_dion(out, shape_name, m, n, torch.Generator().manual_seed(20261202))
         for name, shape in (("vector", (7,)), ("matrix", (5, 3))):
             W = torch.randn(*shape, generator=gen)
             M = torch.zeros(*shape)
@@ -347,6 +429,15 @@ def main(path):
                 write(out, f"lion/{name}/G{k}", g)
                 W = lion(W, g, M)
                 write(out, f"lion/{name}/W{k}", W)
+        # Added later, after the first version's blocks: the row-block second moments on tall and wide (the same
+        # data), then the square shape with every variant and Dion, from a generator of its own.
+        for shape_name in SHAPES:
+            write_variants(out, shape_name, *data[shape_name], ROW_BLOCK_MOMENTS)
+        gen_square = torch.Generator().manual_seed(20261203)
+        w0, grads = shape_data(gen_square, *SQUARE)
+        write_data(out, "square", w0, grads)
+        write_variants(out, "square", w0, grads, {**VARIANTS, **ROW_BLOCK_MOMENTS})
+        write_dion(out, "square", *SQUARE, gen_square)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 // The peers' variants on a device engine (issue 20): NorMuon (both axes), AdaMuon, NAMO, PolarGrad, Turbo-Muon
-// (plain and Gram NS), per-head and split row blocks (Megatron's interleaved QKV included), per-head second
-// moments, cautious and lr-independent weight decay and the lr rules, against the golden data that
-// tests/test_variants.cpp checks the host with (scripts/make_golden_variants.py, PyTorch float64, no matopt
-// code): W after each of three steps within 1e-5 (float) / 1e-10 (double) relative Frobenius error, both
-// storage orders, a tall (20 x 12) and a wide (12 x 28) shape. Then a checkpoint of AdaMuon's device-resident
-// second moment loaded into the host optimizer (and back), zero gradients on zero weights, and QK-clip on device
-// matrices against its factors eta^alpha, eta^(1 - alpha) computed here.
+// (plain and Gram NS), per-head and split row blocks (Megatron's interleaved QKV included), second moments per
+// head, per block of unequal split sizes and per interleaved QKV group, cautious and lr-independent weight decay
+// and the lr rules, against the golden data that tests/test_variants.cpp checks the host with
+// (scripts/make_golden_variants.py, PyTorch float64, no matopt code): W after each of three steps within 1e-5
+// (float) / 1e-10 (double) relative Frobenius error, both storage orders, a tall (20 x 12), a wide (12 x 28) and
+// a square (16 x 16) shape (the square one pins the m == n tie-breaks: AOL's orientation, NorMuon's longer
+// axis). Then a checkpoint of AdaMuon's device-resident second moment loaded into the host optimizer (and
+// back), zero gradients on zero weights, and QK-clip on device matrices against its factors eta^alpha,
+// eta^(1 - alpha) computed here.
 // The including file defines MATOPT_BACKEND and matopt::test::Backend (tests/device_cases.hpp).
 
 #include <algorithm>
@@ -54,15 +56,28 @@ void check(const typename Opt::Options& options, const std::string& shape, const
   }
 }
 
-/// Both shapes and both storage orders; `configure(options, tall)` sets the golden run's hyperparameters.
+/// The golden script's row-block tables for a shape: HEADS, SPLITS and QKV_GROUPS (2 groups of these sizes).
+struct Blocks {
+  int heads;
+  std::vector<Index> splits, qkv;
+};
+inline Blocks blocks_of(const std::string& shape) {
+  if (shape == "tall") return {4, {8, 6, 6}, {6, 2, 2}};  // 20 x 12
+  if (shape == "wide") return {3, {6, 3, 3}, {4, 1, 1}};  // 12 x 28
+  return {4, {8, 5, 3}, {4, 2, 2}};                        // square, 16 x 16
+}
+
+/// Every shape and both storage orders; `configure(options, blocks)` sets the golden run's hyperparameters, with
+/// the shape's row-block tables.
 template <class Opt, class Configure>
 void check_variant(const std::string& name, Configure configure) {
-  for (const std::string shape : {"tall", "wide"}) {
+  for (const std::string shape : {"tall", "wide", "square"}) {
     typename Opt::Options o;
-    configure(o, shape == "tall");
+    configure(o, blocks_of(shape));
     for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
       CAPTURE(shape);
-      CAPTURE(matopt::detail::layout_name(layout));
+      const std::string order = matopt::detail::layout_name(layout);  // (a char* captures as its address)
+      CAPTURE(order);
       check<Opt>(o, shape, name, layout);
     }
   }
@@ -83,29 +98,42 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": second moments (NorMuon, AdaMuon, NAMO) equ
   using namespace matopt;
   using test::variant_cases::check_variant;
   using test::variant_cases::lr_wd;
-  SUBCASE("NorMuon") { check_variant<NorMuon<T>>("normuon", [](auto& o, bool) { lr_wd(o, 0.02, 0.01); }); }
+  SUBCASE("NorMuon") { check_variant<NorMuon<T>>("normuon", [](auto& o, const auto&) { lr_wd(o, 0.02, 0.01); }); }
   SUBCASE("NorMuon, longer-side axis") {
-    check_variant<NorMuon<T>>("normuon_longer", [](auto& o, bool) {
+    check_variant<NorMuon<T>>("normuon_longer", [](auto& o, const auto&) {
       lr_wd(o, 0.02, 0.01);
       o.precondition.moment.axis = moments::NorMuon::Axis::Longer;
     });
   }
-  SUBCASE("AdaMuon") { check_variant<AdaMuon<T>>("adamuon", [](auto& o, bool) { lr_wd(o, 0.02, 0.01); }); }
-  SUBCASE("NAMO") { check_variant<NAMO<T>>("namo", [](auto& o, bool) { lr_wd(o, 1e-3, 0.01); }); }
-  SUBCASE("per head: NorMuon (both axes), AdaMuon, NAMO") {
-    const auto heads = [](double lr) {
-      return [lr](auto& o, bool tall) {
+  SUBCASE("AdaMuon") { check_variant<AdaMuon<T>>("adamuon", [](auto& o, const auto&) { lr_wd(o, 0.02, 0.01); }); }
+  SUBCASE("NAMO") { check_variant<NAMO<T>>("namo", [](auto& o, const auto&) { lr_wd(o, 1e-3, 0.01); }); }
+  // Each block of rows a parameter of its own, on its share of S (after the shares of the blocks before it).
+  const auto per_block = [](const std::string& suffix, auto set_blocks) {
+    const auto with_lr = [set_blocks](double lr) {
+      return [lr, set_blocks](auto& o, const test::variant_cases::Blocks& b) {
         lr_wd(o, lr, 0.01);
-        o.precondition.heads = tall ? 4 : 3;
+        set_blocks(o.precondition, b);
       };
     };
-    check_variant<NorMuon<T>>("normuon_heads", heads(0.02));
-    check_variant<NorMuon<T>>("normuon_heads_longer", [&](auto& o, bool tall) {
-      heads(0.02)(o, tall);
+    check_variant<NorMuon<T>>("normuon_" + suffix, with_lr(0.02));
+    check_variant<NorMuon<T>>("normuon_" + suffix + "_longer", [&](auto& o, const test::variant_cases::Blocks& b) {
+      with_lr(0.02)(o, b);
       o.precondition.moment.axis = moments::NorMuon::Axis::Longer;
     });
-    check_variant<AdaMuon<T>>("adamuon_heads", heads(0.02));
-    check_variant<NAMO<T>>("namo_heads", heads(1e-3));
+    check_variant<AdaMuon<T>>("adamuon_" + suffix, with_lr(0.02));
+    check_variant<NAMO<T>>("namo_" + suffix, with_lr(1e-3));
+  };
+  SUBCASE("per head: NorMuon (both axes), AdaMuon, NAMO") {
+    per_block("heads", [](auto& p, const test::variant_cases::Blocks& b) { p.heads = b.heads; });
+  }
+  SUBCASE("per block of unequal split sizes: NorMuon (both axes), AdaMuon, NAMO") {
+    per_block("split", [](auto& p, const test::variant_cases::Blocks& b) { p.split_sizes = b.splits; });
+  }
+  SUBCASE("per interleaved QKV group (split_groups = 2): NorMuon (both axes), AdaMuon, NAMO") {
+    per_block("qkv_groups", [](auto& p, const test::variant_cases::Blocks& b) {
+      p.split_sizes = b.qkv;
+      p.split_groups = 2;
+    });
   }
 }
 
@@ -114,28 +142,28 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": PolarGrad, Turbo-Muon and row blocks equal 
   using test::variant_cases::check_variant;
   using test::variant_cases::lr_wd;
   SUBCASE("PolarGrad (exact polar factor)") {
-    check_variant<PolarGrad<T>>("polargrad", [](auto& o, bool) { lr_wd(o, 0.02, 0.01); });
+    check_variant<PolarGrad<T>>("polargrad", [](auto& o, const auto&) { lr_wd(o, 0.02, 0.01); });
   }
   SUBCASE("Turbo-Muon: AOL and 4 steps, plain and Gram Newton-Schulz") {
-    check_variant<TurboMuon<T>>("turbo_muon", [](auto& o, bool) { lr_wd(o, 0.02, 0.01); });
-    check_variant<TurboMuon<T>>("turbo_muon", [](auto& o, bool) {
+    check_variant<TurboMuon<T>>("turbo_muon", [](auto& o, const auto&) { lr_wd(o, 0.02, 0.01); });
+    check_variant<TurboMuon<T>>("turbo_muon", [](auto& o, const auto&) {
       lr_wd(o, 0.02, 0.01);
       o.precondition.variant = NsVariant::Gram;
     });
   }
   SUBCASE("heads, split sizes, Megatron's interleaved QKV groups") {
-    check_variant<Muon<T>>("muon_heads", [](auto& o, bool tall) {
+    check_variant<Muon<T>>("muon_heads", [](auto& o, const auto& b) {
       lr_wd(o, 0.02, 0.01);
-      o.precondition.heads = tall ? 4 : 3;
+      o.precondition.heads = b.heads;
     });
-    check_variant<Muon<T>>("muon_split", [](auto& o, bool tall) {
+    check_variant<Muon<T>>("muon_split", [](auto& o, const auto& b) {
       lr_wd(o, 0.02, 0.01);
-      o.precondition.split_sizes = tall ? std::vector<Index>{8, 6, 6} : std::vector<Index>{6, 3, 3};
+      o.precondition.split_sizes = b.splits;
       o.scaling.lr_rule = LrRule::SqrtRatio;
     });
-    check_variant<Muon<T>>("muon_qkv_groups", [](auto& o, bool tall) {
+    check_variant<Muon<T>>("muon_qkv_groups", [](auto& o, const auto& b) {
       lr_wd(o, 0.02, 0.01);
-      o.precondition.split_sizes = tall ? std::vector<Index>{6, 2, 2} : std::vector<Index>{4, 1, 1};
+      o.precondition.split_sizes = b.qkv;
       o.precondition.split_groups = 2;
     });
   }
@@ -146,7 +174,7 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": cautious and lr-independent weight decay, l
   using namespace matopt;
   using test::variant_cases::check_variant;
   using test::variant_cases::lr_wd;
-  const auto cautious = [](auto& o, bool) {
+  const auto cautious = [](auto& o, const auto&) {
     lr_wd(o, 0.02, 0.1);
     o.scaling.weight_decay_method = WeightDecay::Cautious;
   };
@@ -155,16 +183,16 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": cautious and lr-independent weight decay, l
     check_variant<RMNP<T>>("rmnp_cautious", cautious);
   }
   SUBCASE("independent of lr; sqrt_max with an extra factor; sqrt_ratio") {
-    check_variant<Muon<T>>("muon_independent", [](auto& o, bool) {
+    check_variant<Muon<T>>("muon_independent", [](auto& o, const auto&) {
       lr_wd(o, 0.02, 0.001);
       o.scaling.weight_decay_method = WeightDecay::Independent;
     });
-    check_variant<Muon<T>>("muon_sqrt_max", [](auto& o, bool) {
+    check_variant<Muon<T>>("muon_sqrt_max", [](auto& o, const auto&) {
       lr_wd(o, 0.02, 0.01);
       o.scaling.lr_rule = LrRule::SqrtMax;
       o.scaling.extra_scale_factor = 0.2;
     });
-    check_variant<RMNP<T>>("rmnp_sqrt_ratio", [](auto& o, bool) {
+    check_variant<RMNP<T>>("rmnp_sqrt_ratio", [](auto& o, const auto&) {
       lr_wd(o, 0.02, 0.01);
       o.scaling.lr_rule = LrRule::SqrtRatio;
     });
@@ -257,7 +285,8 @@ TEST_CASE(MATOPT_BACKEND ": QK-clip scales each clipped group's W_q and W_k rows
   for (const Index kv : {Index(2), Index(4)}) {
     for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
       CAPTURE(kv);
-      CAPTURE(matopt::detail::layout_name(layout));
+      const std::string order = matopt::detail::layout_name(layout);  // (a char* captures as its address)
+      CAPTURE(order);
       const Mat q0 = test::randn<Mat>(12, 5, 1), k0 = test::randn<Mat>(3 * kv, 5, 2);
       DeviceMatrix<double> q(12, 5, layout), k(3 * kv, 5, layout);
       q.assign(q0);

@@ -2,7 +2,8 @@
 // The peers' variants (issue 20; ../shared/design/variants.md): NorMuon, AdaMuon, NAMO, PolarGrad, Turbo-Muon, Dion, Lion, the
 // cautious and lr-independent weight decay and the lr rules, against golden data from PyTorch
 // (scripts/make_golden_variants.py, float64, written from variants.md): W after each of three steps within
-// 1e-5 (float) / 1e-10 (double) relative Frobenius error, both storage orders, a tall and a wide shape.
+// 1e-5 (float) / 1e-10 (double) relative Frobenius error, both storage orders, a tall, a wide and a square
+// shape (the square one pins each m == n tie-break: AOL's orientation, NorMuon's longer axis, Dion's B = M).
 // Then closed forms on 1 x n and n x 1, zero gradients and zero weights, and a checkpoint round trip of the
 // second moments.
 #include <cmath>
@@ -31,6 +32,20 @@ constexpr double golden_tol() {
   return std::is_same_v<T, float> ? 1e-5 : 1e-10;
 }
 
+/// The golden shapes: tall 20 x 12, wide 12 x 28, square 16 x 16.
+const std::vector<std::string> golden_shapes{"tall", "wide", "square"};
+
+/// The golden script's row-block tables for a shape: HEADS, SPLITS and QKV_GROUPS (2 groups of these sizes).
+struct GoldenBlocks {
+  int heads;
+  std::vector<Index> splits, qkv;
+};
+GoldenBlocks golden_blocks(const std::string& shape) {
+  if (shape == "tall") return {4, {8, 6, 6}, {6, 2, 2}};
+  if (shape == "wide") return {3, {6, 3, 3}, {4, 1, 1}};
+  return {4, {8, 5, 3}, {4, 2, 2}};
+}
+
 /// Runs `opt` over the golden gradients of `shape` and compares W after each step with `<shape>/<name>/W<k>`.
 template <class Opt, class Mat>
 void check_golden(Opt opt, const std::string& shape, const std::string& name) {
@@ -54,7 +69,7 @@ template <template <class> class Preset, class T, class Configure>
 void check_variant(const std::string& name, Configure configure) {
   Preset<T> opt;
   configure(opt.options());
-  for (const std::string shape : {"tall", "wide"}) {
+  for (const std::string& shape : golden_shapes) {
     CAPTURE(shape);
     check_golden<Preset<T>, RowMat<T>>(opt, shape, name);
     check_golden<Preset<T>, ColMat<T>>(opt, shape, name);
@@ -110,24 +125,24 @@ TEST_CASE_TEMPLATE("golden: Turbo-Muon (thib-s/flash-newton-schulz, AOL and 4 NS
 }
 TEST_CASE_TEMPLATE("golden: per-head and split-size orthogonalization (dion num_heads, split_sizes)", T, float,
                    double) {
-  for (const std::string shape : {"tall", "wide"}) {
+  for (const std::string& shape : golden_shapes) {
     CAPTURE(shape);
-    const bool tall = shape == "tall";
+    const GoldenBlocks blocks = golden_blocks(shape);
     Muon<T> heads;
     MATOPT_LR_WD(0.02, 0.01)(heads.options());
-    heads.options().precondition.heads = tall ? 4 : 3;
+    heads.options().precondition.heads = blocks.heads;
     check_golden<Muon<T>, RowMat<T>>(heads, shape, "muon_heads");
     check_golden<Muon<T>, ColMat<T>>(heads, shape, "muon_heads");
     Muon<T> split;
     MATOPT_LR_WD(0.02, 0.01)(split.options());
-    split.options().precondition.split_sizes = tall ? std::vector<Index>{8, 6, 6} : std::vector<Index>{6, 3, 3};
+    split.options().precondition.split_sizes = blocks.splits;
     split.options().scaling.lr_rule = LrRule::SqrtRatio;
     check_golden<Muon<T>, RowMat<T>>(split, shape, "muon_split");
     check_golden<Muon<T>, ColMat<T>>(split, shape, "muon_split");
     // Megatron's interleaved linear_qkv: 2 query groups of [q | k | v] rows, Q/K/V each gathered and NS'd once.
     Muon<T> qkv;
     MATOPT_LR_WD(0.02, 0.01)(qkv.options());
-    qkv.options().precondition.split_sizes = tall ? std::vector<Index>{6, 2, 2} : std::vector<Index>{4, 1, 1};
+    qkv.options().precondition.split_sizes = blocks.qkv;
     qkv.options().precondition.split_groups = 2;
     check_golden<Muon<T>, RowMat<T>>(qkv, shape, "muon_qkv_groups");
     check_golden<Muon<T>, ColMat<T>>(qkv, shape, "muon_qkv_groups");
@@ -170,9 +185,9 @@ TEST_CASE_TEMPLATE("golden: per-head and split-size orthogonalization (dion num_
 TEST_CASE_TEMPLATE("golden: NorMuon, AdaMuon and NAMO per head (dion NorMuon num_heads, modded-nanogpt paired heads)",
                    T, float, double) {
   // Each head a parameter of its own: its own second moment, Frobenius rescale (NorMuon), |G|_F (NAMO), scale.
-  for (const std::string shape : {"tall", "wide"}) {
+  for (const std::string& shape : golden_shapes) {
     CAPTURE(shape);
-    const int heads = shape == "tall" ? 4 : 3;
+    const int heads = golden_blocks(shape).heads;
     const auto run = [&](auto opt, const std::string& name, auto configure) {
       configure(opt.options());
       opt.options().precondition.heads = heads;
@@ -188,10 +203,53 @@ TEST_CASE_TEMPLATE("golden: NorMuon, AdaMuon and NAMO per head (dion NorMuon num
     run(NAMO<T>{}, "namo_heads", MATOPT_LR_WD(1e-3, 0.01));
   }
 }
+namespace {
+/// NorMuon (both axes), AdaMuon and NAMO on the row blocks `set_blocks(options, shape)` gives, against
+/// `<shape>/<moment>_<suffix>`: each block a parameter of its own, with its own share of S, which starts after
+/// the states of the blocks before it (unequal here, unlike heads: a wrong offset into S shows).
+template <class T, class SetBlocks>
+void check_block_moments(const std::string& suffix, SetBlocks set_blocks) {
+  for (const std::string& shape : golden_shapes) {
+    CAPTURE(shape);
+    const auto run = [&](auto opt, const std::string& name, auto configure) {
+      CAPTURE(name);
+      configure(opt.options());
+      set_blocks(opt.options().precondition, shape);
+      check_golden<decltype(opt), RowMat<T>>(opt, shape, name);
+      check_golden<decltype(opt), ColMat<T>>(opt, shape, name);
+    };
+    run(NorMuon<T>{}, "normuon_" + suffix, MATOPT_LR_WD(0.02, 0.01));
+    run(NorMuon<T>{}, "normuon_" + suffix + "_longer", [](auto& o) {
+      MATOPT_LR_WD(0.02, 0.01)(o);
+      o.precondition.moment.axis = moments::NorMuon::Axis::Longer;
+    });
+    run(AdaMuon<T>{}, "adamuon_" + suffix, MATOPT_LR_WD(0.02, 0.01));
+    run(NAMO<T>{}, "namo_" + suffix, MATOPT_LR_WD(1e-3, 0.01));
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("golden: NorMuon, AdaMuon and NAMO per block of unequal split sizes (dion split_sizes)", T, float,
+                   double) {
+  // Contiguous blocks (8, 6, 6) tall, (6, 3, 3) wide, (8, 5, 3) square: AdaMuon's shares of S 96, 72, 72 entries
+  // on the tall shape; NAMO's |G_block|_F, |M_block|_F and S per block.
+  check_block_moments<T>("split", [](auto& p, const std::string& shape) {
+    p.split_sizes = golden_blocks(shape).splits;
+  });
+}
+TEST_CASE_TEMPLATE("golden: NorMuon, AdaMuon and NAMO per Megatron QKV group (split_qkv, split_groups = 2)", T, float,
+                   double) {
+  // Block i = slice i of both groups (Q, K, V gathered in group order); NAMO's |G_block|_F over the interleaved
+  // runs. The tall Q block is 12 x 12: the longer axis takes its rows (m >= n).
+  check_block_moments<T>("qkv_groups", [](auto& p, const std::string& shape) {
+    p.split_sizes = golden_blocks(shape).qkv;
+    p.split_groups = 2;
+  });
+}
 TEST_CASE_TEMPLATE("golden: Dion (microsoft/dion dion_reference.py, Householder QR), rank fractions 1 and 0.5", T,
                    float, double) {
   const Golden& gold = Golden::variants();
-  for (const std::string shape : {"tall", "wide"}) {
+  for (const std::string& shape : golden_shapes) {  // square: B = M (m >= n), not M^T
     for (const auto& run_case : {std::pair<std::string, double>{"dion", 1.0}, {"dion_half", 0.5}}) {
       const std::string name = run_case.first;  // (no structured bindings: Clang 14 cannot capture them)
       const double fraction = run_case.second;
