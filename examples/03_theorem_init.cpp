@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Theorems 1 and 2 of the blog (spec §7), reproduced numerically: the gradient outer products of a two-layer
+// Theorems 1 and 2 of the blog (docs/math.md), reproduced numerically: the gradient outer products of a two-layer
 // ReLU net at initialization, and how diagonally dominant G1 G1^T and G2 G2^T are, in expectation and per
 // realized matrix.
 //
@@ -276,7 +276,7 @@ int main(int argc, char** argv) {
   // The inits run on our own threads; keep Eigen's products (OpenMP, when built with it) single-threaded.
   if (threads > 1) Eigen::setNbThreads(1);
 
-  std::printf("Two-layer ReLU net at init (spec §7): d0 = %ld, d2 = %ld, d1 in {", long(d0), long(d2));
+  std::printf("Two-layer ReLU net at init (Theorems 1 and 2): d0 = %ld, d2 = %ld, d1 in {", long(d0), long(d2));
   for (std::size_t i = 0; i < widths.size(); ++i) std::printf("%s%ld", i ? ", " : "", long(widths[i]));
   std::printf("}, %d inits per width, seed %lu, %d threads\n", trials, seed, threads);
   std::printf("Population gradients in closed form (arc-cosine kernel); expectations below are over the init.\n");
@@ -346,7 +346,7 @@ int main(int argc, char** argv) {
     ravg2.push_back(mean_se(ravg_g2));
   }
 
-  std::printf("\nDominance of G1 G1^T as d1 grows: ratio of expectations vs realized per-matrix ratios (spec §6)\n");
+  std::printf("\nDominance of G1 G1^T as d1 grows: ratio of expectations vs realized per-matrix ratios\n");
   std::printf("%6s %24s %12s %20s %20s\n", "d1", "E[diag]/E[off] measured", "predicted", "r_min (mean)",
               "r_avg (mean)");
   for (std::size_t i = 0; i < xs.size(); ++i)

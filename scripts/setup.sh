@@ -3,13 +3,14 @@
 # Installs what matopt's build, tests, examples and benchmarks need, from Debian's packages.
 # Idempotent: runs apt-get only when something is missing. Needs root (or sudo).
 #   ./scripts/setup.sh          build, tests (both GEMM engines, sanitizers, fuzzing, Thrust on the CPU), examples
-#                               (Fashion-MNIST data, the fortunes text, gnuplot, libtorch), benchmarks
+#                               (Fashion-MNIST data, the fortunes text, gnuplot, libtorch), benchmarks, the API
+#                               reference (doxygen)
 #   ./scripts/setup.sh bench    also PyTorch, for bench/compare.py and scripts/make_golden.py
 set -euo pipefail
 
 packages=(cmake make ninja-build g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev
           zlib1g-dev dataset-fashion-mnist fortunes gnuplot-nox libtorch-dev clang libclang-rt-14-dev lld libopenmpi-dev openmpi-bin
-          libthrust-dev)
+          libthrust-dev doxygen)
 for group in "$@"; do
   case "$group" in
     bench) packages+=(python3-torch) ;;

@@ -3,7 +3,7 @@
 // spdlog offer. The facade (make_optimizer builds every preset by name), AnyOptimizer and the hybrid container,
 // for float and double. Programs that link matopt::runtime get MATOPT_RUNTIME_COMPILED, under which the headers
 // declare these instantiations `extern template`, so a translation unit that builds presets by name no longer
-// instantiates every preset's step (issue 18; scripts/facade_compile_time.sh measures it).
+// instantiates every preset's step (scripts/facade_compile_time.sh measures it: docs/performance.md#compile-time).
 // Typed use of the templates (matopt::Muon<float> and the rest) stays header-only and unchanged.
 // This file compiles the facade's dispatch and the containers; the presets' models are in src/runtime_*.cpp.
 #ifndef MATOPT_RUNTIME_COMPILED

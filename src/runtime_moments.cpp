@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// matopt::runtime: the second-moment presets (issue 20) (src/runtime_presets.hpp).
+// matopt::runtime: the second-moment presets (NorMuon, AdaMuon, NAMO) (src/runtime_presets.hpp).
 #include "runtime_presets.hpp"
 
 namespace matopt {

@@ -2,8 +2,8 @@
 // matopt::runtime's preset files (runtime_*.cpp): each compiles the facade's models (AnyOptimizer's type-erased
 // step, state and options of a preset, behind detail::configured) of a few presets for float and double. The
 // presets are split over several files so that the library builds in parallel: in one file, the thirteen presets
-// took 431 s of one core at -O3, in these files 45-84 s each (docs/reliability.md#ci). Together the files cover MATOPT_FACADE_PRESETS (a
-// preset left out is a link error of every program that builds it by name).
+// took several times longer than any one of these (docs/results/ci-log.md). Together the files cover
+// MATOPT_FACADE_PRESETS (a preset left out is a link error of every program that builds it by name).
 #pragma once
 #ifndef MATOPT_RUNTIME_COMPILED
 #error "src/runtime_*.cpp are built by the matopt::runtime target, which defines MATOPT_RUNTIME_COMPILED"

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// AdamW (arXiv 1711.05101) for the parameters that are not hidden matrices: biases, norms, embeddings, heads.
 // AdamW (Loshchilov & Hutter, arXiv 1711.05101) for the parameters that are not hidden matrices: biases,
-// norms, embeddings, output heads (spec §4). The same step as torch.optim.AdamW:
+// norms, embeddings, output heads (docs/math.md#presets). The same step as torch.optim.AdamW:
 //   W <- W (1 - lr lambda);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
 //   W <- W - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // Works on any Eigen matrix or vector; the state follows W's storage order.
@@ -36,31 +38,51 @@ struct AdamWCoefficients {
 
 }  // namespace detail
 
+/// AdamW (Loshchilov & Hutter, arXiv 1711.05101), the step of torch.optim.AdamW, for parameters that are not hidden
+/// matrices (biases, norms, embeddings, output heads): W <- W (1 - lr lambda), m <- b1 m + (1 - b1) g,
+/// v <- b2 v + (1 - b2) g^2, W <- W - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps). Any Eigen matrix or
+/// vector; the same interface as Optimizer (make_state, step, options, checkpoints).
+/// @tparam T float or double.
 template <class T>
 class AdamW {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "matopt::AdamW<T>: T must be float or double");
 
  public:
+  /// The scalar type T.
   using Scalar = T;
 
+  /// Hyperparameters (an aggregate).
   struct Options {
+    /// Learning rate, > 0 (default 3e-4).
     T lr = T(3e-4);
+    /// First-moment coefficient, in [0, 1) (default 0.9).
     T beta1 = T(0.9);
+    /// Second-moment coefficient, in [0, 1) (default 0.95; torch's default is 0.999).
     T beta2 = T(0.95);
+    /// Added to the denominator, > 0 (default 1e-8).
     T eps = T(1e-8);
+    /// Decoupled weight decay lambda, >= 0 (default 0).
     T weight_decay = T(0);
     NonFinite non_finite = NonFinite::Throw;  ///< what a gradient with an inf or NaN does
   };
 
+  /// Per-parameter state: the two moments, in W's storage order.
   struct State {
+    /// Rows of the parameter this state was made for.
     Index rows = 0;
+    /// Columns of the parameter this state was made for.
     Index cols = 0;
+    /// Storage order of that parameter.
     Layout layout = Layout::ColMajor;
     std::int64_t steps = 0;    ///< steps taken (the bias corrections' t)
     std::int64_t skipped = 0;  ///< steps skipped for a non-finite gradient (NonFinite::Skip)
     std::int64_t zeroed = 0;   ///< steps taken with non-finite entries of G zeroed (NonFinite::Zero)
+    /// First and second moments, in W's storage order.
+    /// @{
     Eigen::Matrix<T, Eigen::Dynamic, 1> m, v;  ///< first and second moments, in W's storage order
+    /// @}
+    /// Bytes held.
     std::size_t bytes() const { return static_cast<std::size_t>(m.size() + v.size()) * sizeof(T); }
     /// Every field, for checkpoints: f(name, field).
     template <class F>
@@ -81,14 +103,21 @@ class AdamW {
     }
   };
 
+  /// An optimizer with the default options.
   AdamW() : AdamW(Options{}) {}
+  /// An optimizer with these options; throws std::invalid_argument naming the first bad one.
   explicit AdamW(const Options& options) : options_(options) { validate(options_, name()); }
 
+  /// The options; mutable between steps (schedules are the caller's), checked at each step.
   Options& options() { return options_; }
+  /// The options (read-only).
   const Options& options() const { return options_; }
+  /// "matopt::AdamW".
   static constexpr const char* name() { return "matopt::AdamW"; }
+  /// The name, as checkpoints record it.
   static std::string identity() { return name(); }
 
+  /// Throws std::invalid_argument, prefixed by `where`, naming the first bad hyperparameter.
   static void validate(const Options& o, std::string_view where) {
     detail::require_positive(where, "lr", o.lr);
     detail::require_unit_interval(where, "beta1", o.beta1);
@@ -97,6 +126,7 @@ class AdamW {
     detail::require_nonnegative(where, "weight_decay", o.weight_decay);
   }
 
+  /// Allocates the state (zero moments) for parameter W.
   template <class WMat>
   State make_state(const Eigen::MatrixBase<WMat>& w) const {
     State s;
@@ -108,6 +138,8 @@ class AdamW {
     return s;
   }
 
+  /// One step, in place. Throws std::invalid_argument (W and state unchanged) on bad options, a shape or layout
+  /// mismatch, or (under NonFinite::Throw) a non-finite gradient.
   template <class WMat, class GMat>
   void step(WMat&& w, const Eigen::MatrixBase<GMat>& g, State& state) const {
     static_assert(detail::is_eigen_matrix_v<WMat>, "matopt::AdamW::step: W must be an Eigen matrix");
@@ -138,8 +170,10 @@ class AdamW {
 
   /// AdamW's per-parameter lr is `lr` (its per-element adaptivity aside).
   T effective_lr(const State&) const { return options_.lr; }
+  /// No workspace: 0.
   std::size_t workspace_bytes() const { return 0; }
 
+  /// Sets one option from text (keys lr, beta1, beta2, eps, weight_decay, non_finite); false for an unknown key.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key == "lr") o.lr = T(detail::parse_double(key, value));
     else if (key == "beta1") o.beta1 = T(detail::parse_double(key, value));
@@ -150,6 +184,7 @@ class AdamW {
     else return false;
     return true;
   }
+  /// "lr, beta1, beta2, eps, weight_decay, non_finite".
   static std::string option_keys() { return "lr, beta1, beta2, eps, weight_decay, non_finite"; }
 
  private:

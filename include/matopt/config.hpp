@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Build-wide macros (MATOPT_HOST_DEVICE, MATOPT_ASSERT) and the basic types Index and Layout.
 // Build-wide macros and basic types of matopt.
 
 #include <cstddef>
@@ -7,24 +9,28 @@
 
 #include <Eigen/Core>
 
-// Functions callable from host and device code (Thrust/CUDA backends); empty on a plain host build.
+/// Functions callable from host and device code (Thrust/CUDA backends); empty on a plain host build.
 #if defined(__CUDACC__)
 #define MATOPT_HOST_DEVICE __host__ __device__
 #else
 #define MATOPT_HOST_DEVICE
 #endif
 
-// Internal invariants (never user input: that throws std::invalid_argument). Off with NDEBUG.
+/// Internal invariants (never user input: that throws std::invalid_argument). Off with NDEBUG.
 #include <cassert>
 #define MATOPT_ASSERT(cond) assert(cond)
 
+/// The matopt library: matrix optimizers composed as Momentum -> Preconditioner -> Scaling policies (Optimizer),
+/// their published presets (presets.hpp), AdamW and Lion for the other parameters, device and distributed back ends,
+/// and diagnostics. Everything in a nested `detail` namespace is internal.
 namespace matopt {
 
 /// Index type for shapes, the same as Eigen's.
 using Index = Eigen::Index;
 
 /// Storage order of a matrix in memory. The mathematics is defined on the logical matrix; every
-/// storage order gives the same numbers (spec §0).
+/// storage order gives the same numbers (`docs/math.md#conventions`).
+/// `ColMajor` is Eigen's default; `RowMajor` is PyTorch's, and the default of MatrixView.
 enum class Layout { ColMajor, RowMajor };
 
 }  // namespace matopt

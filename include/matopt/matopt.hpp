@@ -1,7 +1,19 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// The CPU umbrella header: every host optimizer, policy, preset, diagnostic and the facades (needs Eigen only).
 // matopt: matrix-aware optimizers (Muon, MoonlightMuon, RMNP, ColNorm, OrScale, AdamW and compositions of
 // their policies) for Eigen matrices on the CPU. The CPU umbrella: needs Eigen only.
+
+/// @mainpage matopt API reference
+/// Header-only C++17 matrix-aware optimizers. Where to start:
+/// - matopt::Optimizer composes a momentum, a preconditioner and a scaling policy (@ref policies); presets.hpp
+///   names the published ones (matopt::Muon, matopt::MoonlightMuon, matopt::RMNP, matopt::NorMuon, matopt::Dion, ...).
+/// - matopt::AdamW and matopt::Lion step the parameters that are not hidden matrices; matopt::HybridOptimizer routes
+///   a whole model between the two, and matopt::AnyOptimizer / matopt::make_optimizer build any preset at run time.
+/// - Device memory: matopt::DeviceOptimizer with matopt::ThrustEngine or matopt::cuda::Engine (backend/cuda.cuh);
+///   several processes: matopt::ShardedOptimizer over a matopt::Communicator; libtorch: matopt::TorchOptimizer.
+/// - Checkpoints: matopt::save_checkpoint and matopt::load_checkpoint; diagnostics: diagnostics.hpp.
 
 #include "matopt/config.hpp"
 #include "matopt/version.hpp"

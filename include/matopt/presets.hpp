@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The published optimizers as named compositions (spec §4):
+/// @file
+/// The published optimizers as named compositions of policies (Muon, MoonlightMuon, RMNP, NorMuon, Dion, ...).
+// The published optimizers as named compositions (docs/math.md#presets; one page each: docs/optimizers/):
 // | preset        | momentum            | preconditioner     | scaling                  | lr    | lambda |
 // | Muon          | Ema, Nesterov, .95  | Jordan NS5         | MuonOriginal             | 0.02  | 0      |
 // | MoonlightMuon | Sum, Nesterov, .95  | Jordan NS5         | MoonlightRms             | 1e-3  | 0.1    |
@@ -13,7 +15,7 @@
 // | PolarGrad     | Ema, plain, .95     | exact polar, times ||U||_*            | Unit         | 0.02 | 0  |
 // | TurboMuon     | Ema, Nesterov, .95  | AOL + 4 of You's NS steps             | MuonOriginal | 0.02 | 0  |
 // | Dion          | none (its own M, mu .95) | rank-r power iteration, QR       | Spectral     | 0.01 | 0.01 |
-// The last six: ../shared/design/variants.md §1-3, §6, §7 and §9, defaults of the reference codes (NAMO's lr is
+// The last six: defaults of the reference codes (docs/math.md#second-moments-and-scalar-factors; NAMO's lr is
 // matopt's: EO has no default; its update has RMS about ||U||/sqrt(S) <= 1, as AdamW's).
 // AdamW (matopt/adamw.hpp) or Lion (matopt/lion.hpp) covers vectors, embeddings and heads.
 
@@ -34,53 +36,101 @@
 
 namespace matopt {
 namespace defaults {
+/// Defaults of the Muon preset: lr 0.02, weight decay 0.
 struct Muon {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::Muon";
   static constexpr double lr = 0.02, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the MuonAutoSteps preset: lr 0.02, weight decay 0.
 struct MuonAutoSteps {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::MuonAutoSteps";
   static constexpr double lr = 0.02, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the MoonlightMuon preset: lr 1e-3, weight decay 0.1.
 struct MoonlightMuon {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::MoonlightMuon";
   static constexpr double lr = 1e-3, weight_decay = 0.1;
+  /// @}
 };
+/// Defaults of the RMNP preset: lr 0.02, weight decay 0.
 struct RMNP {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::RMNP";
   static constexpr double lr = 0.02, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the ColNorm preset: lr 0.02, weight decay 0.
 struct ColNorm {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::ColNorm";
   static constexpr double lr = 0.02, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the OrScale preset: lr 0.02, weight decay 0.
 struct OrScale {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::OrScale";
   static constexpr double lr = 0.02, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the NorMuon preset: lr 0.02, weight decay 0.
 struct NorMuon {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::NorMuon";
   static constexpr double lr = 0.02, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the AdaMuon preset: lr 0.02, weight decay 0.01.
 struct AdaMuon {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::AdaMuon";
   static constexpr double lr = 0.02, weight_decay = 0.01;
+  /// @}
 };
+/// Defaults of the NAMO preset: lr 1e-3, weight decay 0.
 struct Namo {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::NAMO";
   static constexpr double lr = 1e-3, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the PolarGrad preset: lr 0.02, weight decay 0.
 struct PolarGrad {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::PolarGrad";
   static constexpr double lr = 0.02, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the TurboMuon preset: lr 0.02, weight decay 0.
 struct TurboMuon {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::TurboMuon";
   static constexpr double lr = 0.02, weight_decay = 0.0;
+  /// @}
 };
+/// Defaults of the Dion preset: lr 0.01, weight decay 0.01.
 struct Dion {
+  /// Name in messages and checkpoints; default lr and weight decay.
+  /// @{
   static constexpr const char* name = "matopt::Dion";
   static constexpr double lr = 0.01, weight_decay = 0.01;
+  /// @}
 };
 }  // namespace defaults
 
@@ -90,7 +140,8 @@ using Muon = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::Jordan>>, Moment
                        Static<shape::MuonOriginal>, defaults::Muon>;
 
 /// Muon whose Newton–Schulz step count is re-planned per matrix every 100 steps from its momentum's 5%
-/// singular-value quantile (AutoSteps; seed abstract 1). The facade builds it for `muon` with ns_steps=auto.
+/// singular-value quantile (AutoSteps; `docs/math.md#step-planning-and-autosteps`). The facade builds it for
+/// `muon` with ns_steps=auto.
 template <class T>
 using MuonAutoSteps = Optimizer<T, AutoSteps<NewtonSchulz<schedules::Jordan>>, Momentum<Ema, Nesterov>,
                                 Static<shape::MuonOriginal>, defaults::MuonAutoSteps>;

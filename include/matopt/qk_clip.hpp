@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// QK-clip (MuonClip; Kimi K2, arXiv 2507.20534; NVIDIA Megatron-LM clip_qk; ../shared/design/variants.md §5),
+/// @file
+/// QK-clip (MuonClip; Kimi K2, arXiv 2507.20534): rescales the query and key projections whose logits grow too large.
+// QK-clip (MuonClip; Kimi K2, arXiv 2507.20534; NVIDIA Megatron-LM clip_qk; docs/math.md#qk-clip),
 // applied after an optimizer step to the query and key projections of one attention layer:
 //   S_h     head h's largest pre-softmax logit over the batch, q_i . k_j / sqrt(d_head) (the scale included)
 //   eta_g   = min(1, tau / max_{h in g} S_h)  per query group g: one KV head and the H / KV query heads that
@@ -27,6 +29,8 @@
 
 namespace matopt {
 
+/// Options of qk_clip(): per query group g, eta = min(1, tau / max_h S_h), W_q rows *= eta^alpha, W_k rows *=
+/// eta^(1 - alpha), so that the group's largest logit becomes tau.
 struct QkClipOptions {
   double tau = 100.0;   ///< the largest logit a head may keep
   double alpha = 0.5;   ///< the share of the clip taken by W_q (W_k takes 1 - alpha)

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The CUDA backend (architecture.md, "Backends"): include from CUDA translation units (.cu) and link
+/// @file
+/// The CUDA backend umbrella header: include it from CUDA translation units (.cu) and link matopt::cuda.
+// The CUDA backend (docs/backends.md#the-cuda-backend): include from CUDA translation units (.cu) and link
 // matopt::cuda. cuBLAS for the Newton–Schulz products (SYRK forms, FP32 / TF32 / BF16, strided-batched for
 // same-shape matrices), fused kernels for the normalizing steps, one stream and one cuBLAS handle per engine,
 // scratch sized once, CUDA errors as matopt::cuda::Error.

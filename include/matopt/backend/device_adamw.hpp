@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// DeviceAdamW: AdamW on matrices in device memory, with Thrust alone (any Thrust device system).
 // DeviceAdamW<T>: AdamW (adamw.hpp; Loshchilov & Hutter, arXiv 1711.05101) on parameters in device memory,
-// for the parameters that are not hidden matrices (biases, norms, embeddings, heads: spec §4) when the
+// for the parameters that are not hidden matrices (biases, norms, embeddings, heads: docs/math.md#presets) when the
 // weights live on the device. The host AdamW's Options, defaults, validation, messages, non-finite policy and
 // State fields (checkpoints move between the two); the update is torch.optim.AdamW's, as on the host:
 //   W <- W (1 - lr lambda);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
@@ -59,22 +61,37 @@ struct AdamWOp {
 
 }  // namespace detail
 
+/// AdamW (adamw.hpp) stepping matrices in device memory with Thrust alone: the host AdamW's options, validation
+/// and update, element-wise on the device. Checkpoints are interchangeable with the host AdamW's.
+/// @tparam T float or double.
 template <class T>
 class DeviceAdamW {
  public:
+  /// The host optimizer, AdamW<T>.
   using Host = AdamW<T>;
+  /// The scalar type.
   using Scalar = T;
+  /// AdamW's options.
   using Options = typename Host::Options;
 
   /// The host State's fields, with the moments in device memory (W's storage order).
   struct State {
+    /// Rows of the parameter this state was made for.
     Index rows = 0;
+    /// Columns of the parameter this state was made for.
     Index cols = 0;
+    /// Storage order of that parameter.
     Layout layout = Layout::RowMajor;
+    /// Steps taken (the bias corrections' t).
     std::int64_t steps = 0;
+    /// Steps skipped for a non-finite gradient (NonFinite::Skip).
     std::int64_t skipped = 0;
+    /// Steps taken with non-finite entries of G zeroed (NonFinite::Zero).
     std::int64_t zeroed = 0;
+    /// First and second moments in device memory, in W's storage order.
+    /// @{
     thrust::device_vector<T> m, v;
+    /// @}
     /// Device bytes (the moments).
     std::size_t bytes() const { return (m.size() + v.size()) * sizeof(T); }
 
@@ -89,6 +106,7 @@ class DeviceAdamW {
       detail::copy_n(v.begin(), v.size(), h.v.data());
       w.state(h);
     }
+    /// Restores the fields written by write() (the checkpoint loader reads into a copy).
     template <class Reader>
     void read(Reader& r) {
       typename Host::State h = to_host_state();  // shapes for the reader's checks
@@ -116,18 +134,23 @@ class DeviceAdamW {
     }
   };
 
+  /// An optimizer with the default options, on the default stream.
   DeviceAdamW() : DeviceAdamW(Options{}) {}
   /// `stream` (Thrust's CUDA system only: a cudaStream_t) is where step queues its work.
   explicit DeviceAdamW(const Options& options, detail::DeviceStream stream = {}) : options_(options), stream_(stream) {
     Host::validate(options_, name());
   }
 
+  /// The options; mutable between steps, checked at each step.
   Options& options() { return options_; }
+  /// The options (read-only).
   const Options& options() const { return options_; }
+  /// "matopt::AdamW".
   static constexpr const char* name() { return Host::name(); }
   /// The host AdamW's identity: checkpoints move between the host and device optimizers.
   static std::string identity() { return Host::identity(); }
 
+  /// Zero moments for parameter W.
   State make_state(DeviceMatrixView<const T> w) const {
     detail::check_device_view<T>(Host::name(), w, "W");
     detail::device_synchronize();  // the zero fill runs on Thrust's stream (device_matrix.hpp)
@@ -139,6 +162,7 @@ class DeviceAdamW {
     s.v.assign(std::size_t(w.size()), T(0));
     return s;
   }
+  /// Zero moments for a DeviceMatrix W.
   State make_state(const DeviceMatrix<T>& w) const { return make_state(w.view()); }
 
   /// One step in place. Throws std::invalid_argument (W and state unchanged) on bad hyperparameters, a shape
@@ -156,10 +180,12 @@ class DeviceAdamW {
                                 action == detail::GradAction::Zero};
     thrust::for_each(policy, thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
   }
+  /// One step of DeviceMatrix W with gradient G.
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) const { step(w.view(), g.view(), state); }
 
   /// AdamW's per-parameter lr is `lr` (its per-element adaptivity aside).
   T effective_lr(const State&) const { return options_.lr; }
+  /// No workspace: 0.
   std::size_t workspace_bytes() const { return 0; }
 
  private:

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// DeviceLion: Lion on matrices in device memory, with Thrust alone (any Thrust device system).
 // DeviceLion<T>: Lion (lion.hpp; Chen et al., arXiv 2302.06675) on parameters in device memory, for the
 // parameters that are not hidden matrices when the weights live on the device, in place of DeviceAdamW. The host
 // Lion's Options, defaults, validation, messages, non-finite policy and State fields (checkpoints move between
@@ -52,21 +54,34 @@ struct LionOp {
 
 }  // namespace detail
 
+/// Lion (lion.hpp) stepping matrices in device memory with Thrust alone: the host Lion's options, validation and
+/// update, element-wise on the device. Checkpoints are interchangeable with the host Lion's.
+/// @tparam T float or double.
 template <class T>
 class DeviceLion {
  public:
+  /// The host optimizer, Lion<T>.
   using Host = Lion<T>;
+  /// The scalar type.
   using Scalar = T;
+  /// Lion's options.
   using Options = typename Host::Options;
 
   /// The host State's fields, with the momentum in device memory (W's storage order).
   struct State {
+    /// Rows of the parameter this state was made for.
     Index rows = 0;
+    /// Columns of the parameter this state was made for.
     Index cols = 0;
+    /// Storage order of that parameter.
     Layout layout = Layout::RowMajor;
+    /// Steps taken.
     std::int64_t steps = 0;
+    /// Steps skipped for a non-finite gradient (NonFinite::Skip).
     std::int64_t skipped = 0;
+    /// Steps taken with non-finite entries of G zeroed (NonFinite::Zero).
     std::int64_t zeroed = 0;
+    /// The momentum in device memory, in W's storage order.
     thrust::device_vector<T> m;
     /// Device bytes (the momentum).
     std::size_t bytes() const { return m.size() * sizeof(T); }
@@ -80,6 +95,7 @@ class DeviceLion {
       detail::copy_n(m.begin(), m.size(), h.m.data());
       w.state(h);
     }
+    /// Restores the fields written by write() (the checkpoint loader reads into a copy).
     template <class Reader>
     void read(Reader& r) {
       typename Host::State h = to_host_state();  // shapes for the reader's checks
@@ -105,18 +121,23 @@ class DeviceLion {
     }
   };
 
+  /// An optimizer with the default options, on the default stream.
   DeviceLion() : DeviceLion(Options{}) {}
   /// `stream` (Thrust's CUDA system only: a cudaStream_t) is where step queues its work.
   explicit DeviceLion(const Options& options, detail::DeviceStream stream = {}) : options_(options), stream_(stream) {
     Host::validate(options_, name());
   }
 
+  /// The options; mutable between steps, checked at each step.
   Options& options() { return options_; }
+  /// The options (read-only).
   const Options& options() const { return options_; }
+  /// "matopt::Lion".
   static constexpr const char* name() { return Host::name(); }
   /// The host Lion's identity: checkpoints move between the host and device optimizers.
   static std::string identity() { return Host::identity(); }
 
+  /// Zero momentum for parameter W.
   State make_state(DeviceMatrixView<const T> w) const {
     detail::check_device_view<T>(Host::name(), w, "W");
     detail::device_synchronize();  // the zero fill runs on Thrust's stream (device_matrix.hpp)
@@ -127,6 +148,7 @@ class DeviceLion {
     s.m.assign(std::size_t(w.size()), T(0));
     return s;
   }
+  /// Zero momentum for a DeviceMatrix W.
   State make_state(const DeviceMatrix<T>& w) const { return make_state(w.view()); }
 
   /// One step in place. Throws std::invalid_argument (W and state unchanged) on bad hyperparameters, a shape
@@ -144,10 +166,12 @@ class DeviceLion {
                                o.beta2, o.weight_decay != T(0), action == detail::GradAction::Zero};
     thrust::for_each(policy, thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
   }
+  /// One step of DeviceMatrix W with gradient G.
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) const { step(w.view(), g.view(), state); }
 
   /// Lion's per-parameter lr is `lr` (every entry moves by lr, decay aside).
   T effective_lr(const State&) const { return options_.lr; }
+  /// No workspace: 0.
   std::size_t workspace_bytes() const { return 0; }
 
  private:

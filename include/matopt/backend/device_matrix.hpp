@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Matrices in device memory (architecture.md, "Backends"): `DeviceMatrix<T>` owns a
+/// @file
+/// Matrices in device memory: DeviceMatrix (owning a thrust::device_vector) and DeviceMatrixView, and to_host().
+// Matrices in device memory (docs/backends.md): `DeviceMatrix<T>` owns a
 // `thrust::device_vector<T>`; `DeviceMatrixView<T>` is a non-owning view of a device buffer that a
 // framework hands in (a libtorch CUDA tensor's data_ptr(), a cudaMalloc'd block). Both carry rows, cols
-// and the storage order; the mathematics is defined on the logical matrix (spec §0).
+// and the storage order; the mathematics is defined on the logical matrix (docs/math.md#conventions).
 //
 // With Thrust's CPP or OMP device system "device memory" is host memory, so everything here compiles with
 // g++ and runs on the CPU (CI runs the whole Thrust suite that way); with the CUDA system it is GPU memory.
@@ -62,10 +64,14 @@ inline auto on_stream(DeviceStream) { return thrust::device; }
 template <class T>
 struct DeviceMatrixView {
   T* data = nullptr;  ///< device pointer
+  /// Number of rows.
   Index rows = 0;
+  /// Number of columns.
   Index cols = 0;
+  /// Storage order of the data (row-major by default).
   Layout layout = Layout::RowMajor;
 
+  /// Number of elements, rows * cols.
   Index size() const { return rows * cols; }
 
   /// A view of mutable data converts to a view of const data.
@@ -82,8 +88,10 @@ class DeviceMatrix {
                 "matopt::DeviceMatrix<T>: T must be float or double");
 
  public:
+  /// The scalar type T (float or double).
   using Scalar = T;
 
+  /// An empty 0 x 0 matrix.
   DeviceMatrix() = default;
   /// Zero-filled.
   DeviceMatrix(Index rows, Index cols, Layout layout = Layout::RowMajor)
@@ -98,18 +106,30 @@ class DeviceMatrix {
     static_assert(std::is_same_v<typename Derived::Scalar, T>, "matopt::DeviceMatrix: scalar type mismatch");
   }
 
+  /// Number of rows.
   Index rows() const { return rows_; }
+  /// Number of columns.
   Index cols() const { return cols_; }
+  /// Number of elements.
   Index size() const { return rows_ * cols_; }
+  /// Storage order.
   Layout layout() const { return layout_; }
+  /// Device pointer to the first element.
   T* data() { return thrust::raw_pointer_cast(data_.data()); }
+  /// Device pointer to the first element (read-only).
   const T* data() const { return thrust::raw_pointer_cast(data_.data()); }
+  /// The underlying device vector.
   thrust::device_vector<T>& storage() { return data_; }
+  /// The underlying device vector (read-only).
   const thrust::device_vector<T>& storage() const { return data_; }
 
+  /// A view of this matrix.
   DeviceMatrixView<T> view() { return {data(), rows_, cols_, layout_}; }
+  /// A read-only view of this matrix.
   DeviceMatrixView<const T> view() const { return {data(), rows_, cols_, layout_}; }
+  /// Converts to a view of this matrix.
   operator DeviceMatrixView<T>() { return view(); }
+  /// Converts to a read-only view of this matrix.
   operator DeviceMatrixView<const T>() const { return view(); }
 
   /// Copies `host` (same shape) into this matrix, converting to this matrix's storage order.
@@ -157,6 +177,7 @@ Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, Eigen::Dynamic> to_host(De
   }
   return out;
 }
+/// A host copy (column-major Eigen matrix) of a device matrix.
 template <class T>
 Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> to_host(const DeviceMatrix<T>& m) {
   return to_host(m.view());

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// DeviceOptimizer: any host optimizer (a preset or a composition) stepping matrices in device memory.
 // DeviceOptimizer<HostOptimizer, Engine>: a matopt::Optimizer (a preset or a user composition) stepping
 // matrices in device memory. The step is Optimizer's (core/optimizer.hpp), stage for stage:
 //   U = u_g G + u_v V;  D = Preconditioner(U);  W = Scaling(W, D, G);  V = v_v V + v_g G
@@ -143,7 +145,7 @@ struct DeviceWorkspace {
   }
 };
 
-/// Diagonal dominance (spec §6) of P = X X^T for a column-major k x l X in device memory: P formed by the
+/// Diagonal dominance (docs/math.md) of P = X X^T for a column-major k x l X in device memory: P formed by the
 /// engine (gram_lower: SYRK in T's own precision, whatever the engine's product precision) in the k x k
 /// device scratch p, copied into host_ws and summarized by the host's own
 /// dominance_of_gram. The one implementation behind diagonal_dominance(engine, view) (device_diagnostics.hpp)
@@ -562,7 +564,7 @@ struct DeviceSingularVectors {
   void normalize_v(T norm) { e.scale(col_major(v, w.cols, 1), T(1) / norm); }
 };
 
-/// SpectralCap<Inner> (spec §5): the host's start, power iteration and cap rule on the host State, with the
+/// SpectralCap<Inner> (docs/math.md): the host's start, power iteration and cap rule on the host State, with the
 /// vectors in ws.vectors (v uploaded from the State, u and v downloaded into it after the iteration), then
 /// the inner scaling's device update on D or D - c u v^T.
 template <class Inner>
@@ -598,7 +600,10 @@ struct DeviceScaling<SpectralCap<Inner>> {
 template <class T>
 struct DeviceStepReport {
   const T* param = nullptr;  ///< W's device data: identifies the parameter
+  /// W's shape.
+  /// @{
   Index rows = 0, cols = 0;
+  /// @}
   std::int64_t step = 0;  ///< the parameter's step count, this step included
   /// U = u_g G + u_v V in W's layout, in device memory: what diagonal_dominance(engine, view) and
   /// singular_value_quantiles(engine, view) (device_diagnostics.hpp) examine. Valid during the callback only.
@@ -607,31 +612,57 @@ struct DeviceStepReport {
   double effective_lr = 0;  ///< as effective_lr(state) after this step
 };
 
+/// A matopt::Optimizer (a preset or a user composition) stepping matrices in device memory: the host optimizer's
+/// step, stage for stage, with its options, defaults, validation and scalar rules, and the matrix work done by
+/// `Engine` (ThrustEngine, or cuda::Engine: cuda::Optimizer). Bad input throws std::invalid_argument before anything
+/// is written, as on the host. Supported policies: momentum Ema, Sum, NoMomentum; Orthogonalize (NewtonSchulz,
+/// ExactPolar on the host), RowNormalize, ColNormalize, Identity, Sign, Adaptive, NuclearScaled and SecondMoment of
+/// those, row blocks; Static, TrustRatio and SpectralCap. Others fail to compile. Checkpoints are interchangeable with
+/// the host optimizer's.
+/// @tparam HostOptimizer an Optimizer (e.g. Muon<float>).
+/// @tparam Engine ThrustEngine or cuda::Engine.
 template <class HostOptimizer, class Engine>
 class DeviceOptimizer {
  public:
+  /// The host optimizer type.
   using Host = HostOptimizer;
+  /// The scalar type.
   using Scalar = typename Host::Scalar;
+  /// The scalar type.
   using T = Scalar;
+  /// The host optimizer's options.
   using Options = typename Host::Options;
+  /// The preconditioner policy.
   using PreconditionerType = typename Host::PreconditionerType;
+  /// The momentum policy.
   using MomentumType = typename Host::MomentumType;
+  /// The scaling policy.
   using ScalingType = typename Host::ScalingType;
+  /// The engine type.
   using EngineType = Engine;
 
   /// Per-parameter state: the momentum buffer (device memory, in W's storage order) and the policies' states
   /// (the host optimizer's State types, in host memory).
   struct State {
+    /// Rows of the parameter this state was made for.
     Index rows = 0;
+    /// Columns of the parameter this state was made for.
     Index cols = 0;
+    /// Storage order of that parameter.
     Layout layout = Layout::RowMajor;
+    /// Steps taken (skipped ones not counted).
     std::int64_t steps = 0;
+    /// Steps skipped for a non-finite gradient (NonFinite::Skip).
     std::int64_t skipped = 0;
+    /// Steps taken with non-finite entries of G zeroed (NonFinite::Zero).
     std::int64_t zeroed = 0;
+    /// The momentum buffer V in device memory, in W's storage order (empty without a buffer).
     thrust::device_vector<T> momentum;
     /// The preconditioner's state where it lives in device memory (AdaMuon's S, in W's storage order); else empty.
     thrust::device_vector<T> moment;
+    /// The preconditioner's state (the host type, in host memory).
     detail::policy_state_t<PreconditionerType, T> precondition{};
+    /// The scaling policy's state (the host type, in host memory).
     typename ScalingType::template State<T> scaling{};
     /// Device bytes (the momentum buffer and a device-resident preconditioner state).
     std::size_t bytes() const { return (momentum.size() + moment.size()) * sizeof(T); }
@@ -671,17 +702,23 @@ class DeviceOptimizer {
     }
   };
 
+  /// An optimizer with the default options and a default-constructed engine.
   DeviceOptimizer() : DeviceOptimizer(Options{}) {}
+  /// An optimizer with these options and engine; throws std::invalid_argument naming the first bad option.
   explicit DeviceOptimizer(const Options& options, Engine engine = Engine{})
       : options_(options), engine_(std::move(engine)) {
     Host::validate(options_, name());
   }
 
+  /// The host optimizer's name, such as "matopt::Muon".
   static constexpr const char* name() { return Host::name(); }
   /// The host optimizer's identity: checkpoints move between the host and device optimizers.
   static std::string identity() { return Host::identity(); }
+  /// The options; mutable between steps, checked at each step.
   Options& options() { return options_; }
+  /// The options (read-only).
   const Options& options() const { return options_; }
+  /// The engine, through which a CUDA engine's stream is reached.
   Engine& engine() { return engine_; }
 
   /// The state for parameter w; grows the shared device workspace to fit w's shape.
@@ -705,6 +742,7 @@ class DeviceOptimizer {
     reserve(w.rows, w.cols);
     return s;
   }
+  /// The state for a DeviceMatrix W.
   State make_state(const DeviceMatrix<T>& w) { return make_state(w.view()); }
 
   /// One step in place, on device memory. Throws std::invalid_argument (W and state unchanged) on bad
@@ -744,6 +782,7 @@ class DeviceOptimizer {
       ++state.steps;
     }
   }
+  /// One step of DeviceMatrix W with gradient G.
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) { step(w.view(), g.view(), state); }
 
   /// lr * s(m, n) (Static) or lr * r * s with the last trust ratio (TrustRatio), as on the host (row blocks: the
@@ -762,6 +801,7 @@ class DeviceOptimizer {
   /// reporting step copies W and forms U in two m n device buffers (allocated the first time a report needs a
   /// larger shape) and takes one more pass for update_rms; reporting does not change the numbers.
   void set_telemetry(Telemetry<T, DeviceStepReport<T>> t) { telemetry_ = std::move(t); }
+  /// The telemetry settings.
   const Telemetry<T, DeviceStepReport<T>>& telemetry() const { return telemetry_; }
 
  private:

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// QK-clip (qk_clip.hpp) on W_q and W_k in device memory, scaled by a device engine.
 // QK-clip (qk_clip.hpp; MuonClip, Kimi K2 arXiv 2507.20534) on W_q and W_k in device memory: the host's rule
 // (detail::qk_clip_groups: checks, the groups above tau and their factors eta^alpha, eta^(1 - alpha)), each
 // group's rows scaled by the device engine (ThrustEngine, or a DeviceOptimizer's engine(): the CUDA engine

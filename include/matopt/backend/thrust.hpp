@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The Thrust backend (architecture.md, "Backends"): every optimizer over device matrices, with the dense
+/// @file
+/// The Thrust backend: ThrustEngine and ThrustOptimizer, every optimizer over device matrices with Thrust algorithms.
+// The Thrust backend (docs/backends.md): every optimizer over device matrices, with the dense
 // and element-wise operations written as Thrust algorithms. The device system is Thrust's choice at
 // compile time (THRUST_DEVICE_SYSTEM = CPP, OMP or CUDA; CMake: MATOPT_THRUST_DEVICE_SYSTEM): with CPP or
 // OMP it compiles with g++ and runs on the CPU, which is how CI tests it without a GPU.
@@ -385,28 +387,35 @@ struct AddDiagonalOp {
 /// The Thrust engine: the operations DeviceOptimizer and the Newton–Schulz algorithm need, on strided
 /// device matrices, for Thrust's configured device system.
 struct ThrustEngine {
+  /// The scalar type of a matrix handle M.
   template <class M>
   using scalar_t = std::remove_const_t<typename M::value_type>;
+  /// "thrust".
   static constexpr const char* name() { return "thrust"; }
 
+  /// Calls f(i) for i in [0, n) as one Thrust for_each.
   template <class F>
   static void each(Index n, F f) {
     if (n > 0) thrust::for_each(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(n), f);
   }
 
   // Element-wise, on any strides (out's shape is the iteration space).
+  /// out = a x + b y, element-wise.
   template <class T>
   void combine(detail::Strided<T> out, T a, detail::Strided<const T> x, T b, detail::Strided<const T> y) {
     each(out.size(), detail::CombineOp<T>{out, x, y, a, b});
   }
+  /// out = x, element-wise.
   template <class T>
   void copy(detail::Strided<const T> x, detail::Strided<T> out) {
     each(out.size(), detail::CopyOp<T>{out, x});
   }
+  /// w = keep w - step d, element-wise.
   template <class T>
   void update(detail::Strided<T> w, T keep, T step, detail::Strided<const T> d) {
     each(w.size(), detail::UpdateOp<T>{w, d, keep, step});
   }
+  /// x = s x.
   template <class T>
   void scale(detail::Strided<T> x, T s) {
     each(x.size(), detail::ScaleOp<T>{x, s});
@@ -421,14 +430,17 @@ struct ThrustEngine {
   void moment_normalize(detail::Strided<T> d, detail::Strided<T> s, T b, T eps) {
     each(d.size(), detail::MomentNormalizeOp<T>{d, s, b, eps});
   }
+  /// out = g with its non-finite entries replaced by 0.
   template <class T>
   void clean(detail::Strided<T> out, detail::Strided<const T> g) {
     each(out.size(), detail::CleanOp<T>{out, g});
   }
+  /// x = sign(x), element-wise (sign(0) = 0).
   template <class T>
   void sign(detail::Strided<T> x) {
     each(x.size(), detail::SignOp<T>{x});
   }
+  /// Whether every entry of x is finite (one reduction).
   template <class T>
   bool all_finite(detail::Strided<const T> x) {
     if (x.size() == 0) return true;
@@ -447,10 +459,12 @@ struct ThrustEngine {
     return a * std::sqrt(thrust::transform_reduce(first, last, detail::SquareAt<T>{x, T(1) / a}, T(0),
                                                   thrust::plus<T>()));
   }
+  /// The norm of a mutable handle (the same as the const overload).
   template <class T>
   T norm(detail::Strided<T> x) {
     return norm(detail::Strided<const T>(x));
   }
+  /// Whether x has no elements.
   template <class T>
   static bool empty(const detail::Strided<T>& x) {
     return x.size() == 0;
@@ -461,6 +475,7 @@ struct ThrustEngine {
   void inverse_row_norms(detail::Strided<const T> u, T eps, T* inv) {
     each(u.rows, detail::InverseRowNormOp<T>{u, inv, eps});
   }
+  /// Multiplies row i of x by s[i] (s in device memory).
   template <class T>
   void scale_rows(detail::Strided<T> x, const T* s) {
     each(x.size(), detail::ScaleRowsOp<T>{x, s});
@@ -478,10 +493,12 @@ struct ThrustEngine {
   }
 
   // Dense products on column-major handles (precondition/ns_algorithm.hpp's engine interface).
+  /// C = alpha A B + beta C (beta = 0: C not read).
   template <class T>
   void gemm(T alpha, const detail::Strided<T>& a, const detail::Strided<T>& b, T beta, detail::Strided<T>& c) {
     each(c.size(), detail::GemmOp<T>{a, b, c, alpha, beta});
   }
+  /// lower(C) = alpha A A^T + beta lower(C) (beta = 0: C not read).
   template <class T>
   void syrk_lower(T alpha, const detail::Strided<T>& a, T beta, detail::Strided<T>& c) {
     each(c.size(), detail::SyrkLowerOp<T>{a, c, alpha, beta});
@@ -491,14 +508,17 @@ struct ThrustEngine {
   void gram_lower(const detail::Strided<T>& a, detail::Strided<T>& c) {
     syrk_lower(T(1), a, T(0), c);
   }
+  /// Copies C's lower triangle onto its upper one.
   template <class T>
   void mirror_lower(detail::Strided<T>& c) {
     each(c.size(), detail::TriangleOp<T>{c, c, true});
   }
+  /// Copies the lower triangle of src (diagonal included) into dst.
   template <class T>
   void copy_lower(const detail::Strided<T>& src, detail::Strided<T>& dst) {
     each(dst.size(), detail::TriangleOp<T>{src, dst, false});
   }
+  /// C = C + v I.
   template <class T>
   void add_diagonal(detail::Strided<T>& c, T v) {
     each(c.rows, detail::AddDiagonalOp<T>{c, v});
@@ -506,6 +526,7 @@ struct ThrustEngine {
   /// Turbo-Muon's AOL scaling (schedule.hpp): d = 1 / sqrt(max(row sums of |A|, eps)) into scratch's first
   /// column, then X <- diag(d) X and A <- diag(d) A diag(d).
   static constexpr bool has_aol = true;
+  /// Applies the AOL scaling to x and a (scratch: at least a.rows elements).
   template <class T>
   void aol_scale(detail::Strided<T>& x, detail::Strided<T>& a, detail::Strided<T>& scratch, T eps) {
     T* d = scratch.data;
@@ -513,6 +534,7 @@ struct ThrustEngine {
     scale_rows(x, static_cast<const T*>(d));
     each(a.size(), detail::ScaleBothOp<T>{a, d});
   }
+  /// dst = src.
   template <class T>
   void copy(const detail::Strided<T>& src, detail::Strided<T>& dst) {
     copy(detail::Strided<const T>(src), dst);
@@ -548,6 +570,7 @@ struct ThrustEngine {
   void upload(const T* host, Index n, T* device) {
     if (n > 0) thrust::copy(host, host + n, thrust::device_pointer_cast(device));
   }
+  /// n elements from device memory to host memory.
   template <class T>
   void download(const T* device, Index n, T* host) {
     if (n > 0) thrust::copy(thrust::device_pointer_cast(device), thrust::device_pointer_cast(device) + n, host);

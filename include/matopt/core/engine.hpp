@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: the dense products of Newton–Schulz on the host, Eigen or BLAS (namespace detail only).
 // The dense products of Newton–Schulz, on contiguous matrices of either storage order (all operands of
 // one call in the same order), with the engine chosen at
 // configure time (CMake MATOPT_GEMM_ENGINE: auto, the default, takes BLAS when one is found): Eigen's own or BLAS
 // (MATOPT_USE_BLAS: cblas sgemm/ssyrk and double versions, e.g. Debian's OpenBLAS; float GEMMs of at most
 // kBlasSmallFloatProduct multiply-adds still use Eigen's kernel). Cost model and targets:
-// shared/design/performance.md.
+// docs/performance.md#targets-and-cost-model.
 //
 // Eigen engine: the products are cut into fixed tiles (kTile, never derived from the thread count), each
 // computed by one thread with Eigen's single-threaded kernels, so results are bitwise identical for any
@@ -159,8 +161,8 @@ void syrk_lower(T alpha, const DenseMap<T, Order>& a, T beta, DenseMap<T, Order>
 
 /// Under the BLAS engine, float products of at most this many multiply-adds (m n k) use Eigen's kernel instead:
 /// OpenBLAS's small-matrix SGEMM kernel for AVX-512 CPUs (0.3.21, sgemm_small_kernel_nn_SKYLAKEX) mallocs a buffer
-/// on every call (measured on an AVX-512 Xeon: 1280 B at 40^3; 49,598 of 158,976 shapes swept up to 160^3
-/// allocated, every one with m n k <= 999,922, i.e. below 100^3), and a step allocates nothing
+/// on every call (every allocating shape of a sweep had m n k below 1e6: `docs/design.md#workspace-and-allocation`),
+/// and a step allocates nothing
 /// (tests/test_allocation.cpp). Eigen's kernel allocates nothing at these sizes.
 inline constexpr double kBlasSmallFloatProduct = 1e6;
 
@@ -196,8 +198,8 @@ void gemm(T alpha, const DenseMap<T, Order>& a, const DenseMap<T, Order>& b, T b
 /// (from_lower) or the other way round, in 64 x 64 blocks. Each off-diagonal block goes through a local
 /// buffer, so that both the copy in and the copy out run along contiguous columns: a direct transposed copy
 /// walks one matrix with a stride of n elements, which for power-of-two n maps every row of a block onto
-/// the same few cache sets (2048^2 float: 9.4 ms for the direct copy, 3.0 ms this way). Serial: a second
-/// thread gained only 7 % (2.8 ms), not worth an OpenMP region between two BLAS calls.
+/// the same few cache sets (about 3x slower at 2048^2: docs/results/performance-log.md). Serial: a second
+/// thread gained too little to pay for an OpenMP region between two BLAS calls.
 template <class T>
 void mirror_triangle(T* c, Index n, bool from_lower) {
   constexpr Index kBlock = 64;

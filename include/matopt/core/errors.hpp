@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: the std::invalid_argument messages of bad input (namespace detail only).
 // Error reporting: bad input throws std::invalid_argument naming the parameter and the shapes, before
-// anything is written (architecture.md, "Errors and bad input").
+// anything is written (docs/design.md#errors).
 
 #include <cmath>
 #include <sstream>

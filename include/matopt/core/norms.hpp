@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Euclidean norms that neither overflow nor underflow (issue: numerical robustness). The fast path is the
+/// @file
+/// Internal: Euclidean norms without overflow or underflow (namespace detail only).
+// Euclidean norms that neither overflow nor underflow (docs/reliability.md). The fast path is the
 // plain sum of squares; only when it leaves the normal range (inf for entries beyond sqrt(max), 0 or
 // subnormal for entries below sqrt(min)) is the norm recomputed as a * ||x / a|| with a = max |x_i|,
 // one more pass, over that vector only. Zero vectors take that pass too and give 0.

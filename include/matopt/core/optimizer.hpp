@@ -1,16 +1,72 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// matopt::Optimizer, a matrix optimizer composed of a momentum, a preconditioner and a scaling policy.
 // matopt::Optimizer: one matrix optimizer step as Momentum -> Preconditioner -> Scaling -> update
-// (architecture.md, "One idea"). Each stage is a policy; the presets in matopt/presets.hpp name the
+// (docs/design.md#the-step-pipeline). Each stage is a policy; the presets in matopt/presets.hpp name the
 // published combinations.
 //
 // A step, for W, G of shape m x n:
-//   U      = u_g G + u_v V                 (momentum policy; V is the buffer, spec §1)
-//   D      = Preconditioner(U)             (spec §2)
-//   W      = Scaling(W, D, G)              (spec §3-4; e.g. W (1 - lr lambda) - lr s(m,n) D)
-//   V      = v_v V + v_g G
+//   U      = u_g G + u_v V                 (momentum policy; V is the buffer)
+//   D      = Preconditioner(U)
+//   W      = Scaling(W, D, G)              (docs/math.md#weight-decay; e.g. W (1 - lr lambda) - lr s(m,n) D)
+//   V      = v_v V + v_g G                 (each stage's formulas, with their papers: docs/math.md)
 // Nothing is written before every check has passed; W and the state are left unchanged on a throw.
 // A gradient with an inf or NaN is handled by Options::non_finite (throw, skip or zero; step_policy.hpp).
+
+/// @page policies Policy concepts
+/// Optimizer<T, Preconditioner, MomentumPolicy, Scaling, Defaults> steps W with gradient G as U = u_g G + u_v V
+/// (momentum), D = Preconditioner(U), W <- Scaling(W, D, G), V <- v_v V + v_g G. Each stage is a policy: a struct
+/// of static members and nested types, never instantiated. The members every policy of a kind declares are
+/// described here once; each policy's page says only what is particular to it. A user policy declares the same.
+///
+/// @section policy_common Every policy with options
+/// - `Options`: its hyperparameters, an aggregate with defaults (held in Optimizer::Options).
+/// - `name()`: its name in messages; `identity()`, where declared, also names the policies it wraps (checkpoints
+///   record it).
+/// - `validate(o, where)`: throws std::invalid_argument, the message starting with `where`, naming the first bad
+///   option. Optimizer calls it at construction and before every step, before anything is written.
+/// - `set_option(o, key, value)`: sets one option from text (the run-time facade's key/value configuration); returns
+///   false for a key the policy does not know and throws std::invalid_argument for a bad value.
+/// - `option_keys()`: the keys set_option() accepts, comma-separated ("" for none).
+///
+/// @section policy_momentum Momentum policies (Momentum, NoMomentum)
+/// - `has_buffer`: whether the policy keeps a buffer V of W's size (Optimizer::State::momentum).
+/// - `nesterov_default`: the default of Optimizer::Options::nesterov.
+/// - `coefficients(beta, nesterov)`: the MomentumCoefficients u_g, u_v, v_v, v_g of a step with momentum beta.
+///
+/// @section policy_preconditioner Preconditioners (Identity, Sign, Orthogonalize, RowNormalize, ColNormalize, ...)
+/// - `Workspace<T>`: scratch shared by every parameter one optimizer steps, so that a step allocates nothing;
+///   `bytes()` is its size.
+/// - `reserve(ws, o, m, n)`: grows (never shrinks) `ws` to fit an m x n parameter (make_state calls it).
+/// - `apply<T>(u, o, ws, sink)`: computes D from the expression U (m x n) and calls `sink(D)`; D may be an
+///   expression or a view of the workspace, valid during the call. A preconditioner with per-parameter state takes
+///   it after `ws`; one that declares `reads_gradient` also takes G after U.
+/// - `State<T>` (optional): per-parameter state (Optimizer::State::precondition), with `fields(f)` (every field,
+///   for checkpoints) and `bytes()`; `init_state(state, o, m, n)` sizes it.
+/// - Optional: `has_fused_step` and `fused_step` (the whole step in one pass under Static scaling), `splits_rows`
+///   (W's RowBlocks are stepped one by one), `check_state(state, o, m, n, where)` (whether the state fits the
+///   options, checked before a step).
+///
+/// @section policy_method Orthogonalization methods of Orthogonalize (NewtonSchulz, GramNewtonSchulz, ExactPolar)
+/// - `Workspace<T>` with `input<Order>(rows, cols)`: where Orthogonalize writes the r x s input (r <= s).
+/// - `reserve(ws, o, r, s)`: sizes the workspace for r x s inputs.
+/// - `run<T, Order>(r, s, o, ws)`: the (approximate) polar factor of the input, a view of the workspace.
+///
+/// @section policy_moment Second moments of SecondMoment (namespace moments)
+/// - `sign_input`: whether the inner preconditioner receives sign(U) instead of U.
+/// - `state_size(m, n)`, `workspace_size(m, n)`: entries of S and of the per-line factors for an m x n direction.
+/// - `apply(d, u, g, o, s, f, sink)`: updates S (at `s`) from D = Inner(U) and calls sink(D').
+///
+/// @section policy_scaling Scaling policies (Static, TrustRatio, SpectralCap)
+/// - `State<T>`: per-parameter state (Optimizer::State::scaling; empty for Static), with `fields(f)` for
+///   checkpoints; `init_state(state, m, n)`, where declared, sizes it.
+/// - `update(w, d, g, state, o, lr, lambda)`: applies D to W with learning rate lr and weight decay lambda.
+/// - `effective_lr(o, state, lr, m, n)`: the per-parameter learning rate the update uses (Optimizer::effective_lr).
+/// - Optional: `has_fused_step` and `coefficients(o, lr, lambda, m, n)`, the update as W <- keep W - step D.
+///
+/// @section policy_shape Shape rules s(m, n) (namespace shape)
+/// - `name`: the rule's name; `operator()(m, n)`: s for an m x n parameter (m = rows = fan-out, n = fan-in).
 
 #include <algorithm>
 #include <cmath>
@@ -104,13 +160,27 @@ void with_step_maps(MatrixView<T> w, MatrixView<const T> g, F&& f) {
 /// The lr and weight-decay defaults of an Optimizer, with its name for messages. A preset names its own;
 /// a user composition gets `defaults::Standard` (lr 0.02, weight decay 0).
 namespace defaults {
+/// The defaults of a user composition: lr 0.02, weight decay 0, messages naming "matopt::Optimizer". A Defaults
+/// type of Optimizer declares these three members.
 struct Standard {
+  /// Name of the optimizer in messages and checkpoints.
   static constexpr const char* name = "matopt::Optimizer";
+  /// Default of Options::lr.
   static constexpr double lr = 0.02;
+  /// Default of Options::weight_decay.
   static constexpr double weight_decay = 0.0;
 };
 }  // namespace defaults
 
+/// A matrix optimizer: Momentum -> Preconditioner -> Scaling -> update (the policies: @ref policies; the published
+/// combinations: presets.hpp). A step of W with gradient G (m x n): U = u_g G + u_v V, D = Preconditioner(U),
+/// W <- Scaling(W, D, G) (e.g. W (1 - lr lambda) - lr s(m, n) D), V <- v_v V + v_g G. One optimizer steps any
+/// number of parameters, each with its own State (make_state); it holds the options and a workspace shared by them.
+/// @tparam T float or double.
+/// @tparam Preconditioner computes D from U (Orthogonalize, RowNormalize, ...).
+/// @tparam MomentumPolicy Momentum<Ema or Sum, Nesterov or Plain>, or NoMomentum.
+/// @tparam Scaling applies D to W (Static, TrustRatio, SpectralCap).
+/// @tparam Defaults lr, weight decay and name (defaults::Standard, or a preset's).
 template <class T, class Preconditioner, class MomentumPolicy, class Scaling,
           class Defaults = defaults::Standard>
 class Optimizer {
@@ -118,33 +188,49 @@ class Optimizer {
                 "matopt::Optimizer<T, ...>: T must be float or double");
 
  public:
+  /// The scalar type T.
   using Scalar = T;
+  /// The preconditioner policy.
   using PreconditionerType = Preconditioner;
+  /// The momentum policy.
   using MomentumType = MomentumPolicy;
+  /// The scaling policy.
   using ScalingType = Scaling;
 
-  /// Hyperparameters (an aggregate; spec §4 defaults). `weight_decay` is decoupled under Static scaling
-  /// and coupled under TrustRatio (spec §3.2).
+  /// Hyperparameters (an aggregate; defaults: `docs/math.md#presets`). `weight_decay` is decoupled under Static scaling
+  /// and coupled under TrustRatio (`docs/math.md#trust-ratio-orscale-lars`).
   struct Options {
+    /// Learning rate, > 0 (default: Defaults::lr).
     T lr = T(Defaults::lr);
+    /// Momentum coefficient beta, in [0, 1) (default 0.95; no effect under NoMomentum).
     T momentum = T(0.95);
+    /// Nesterov momentum (default: the momentum policy's nesterov_default).
     bool nesterov = MomentumPolicy::nesterov_default;
+    /// Weight decay lambda, >= 0 (default: Defaults::weight_decay).
     T weight_decay = T(Defaults::weight_decay);
+    /// The preconditioner's options.
     typename Preconditioner::Options precondition{};
+    /// The scaling policy's options.
     typename Scaling::Options scaling{};
     NonFinite non_finite = NonFinite::Throw;  ///< what a gradient with an inf or NaN does
   };
 
   /// Per-parameter state: the momentum buffer (in W's storage order) and the policies' own state.
   struct State {
+    /// Rows of the parameter this state was made for.
     Index rows = 0;
+    /// Columns of the parameter this state was made for.
     Index cols = 0;
+    /// Storage order of that parameter.
     Layout layout = Layout::ColMajor;
     std::int64_t steps = 0;    ///< steps taken (skipped ones not counted)
     std::int64_t skipped = 0;  ///< steps skipped for a non-finite gradient (NonFinite::Skip)
     std::int64_t zeroed = 0;   ///< steps taken with non-finite entries of G zeroed (NonFinite::Zero)
+    /// The momentum buffer V, in W's storage order (empty without a buffer).
     Eigen::Matrix<T, Eigen::Dynamic, 1> momentum;
+    /// The preconditioner's per-parameter state (an empty struct when it keeps none).
     detail::policy_state_t<Preconditioner, T> precondition{};
+    /// The scaling policy's per-parameter state.
     typename Scaling::template State<T> scaling{};
 
     /// Bytes held by this state (the momentum buffer and the policies' state).
@@ -159,13 +245,17 @@ class Optimizer {
     }
   };
 
+  /// An optimizer with the default options.
   Optimizer() : Optimizer(Options{}) {}
+  /// An optimizer with these options; throws std::invalid_argument naming the first bad one.
   explicit Optimizer(const Options& options) : options_(options) { validate(options_, Defaults::name); }
 
   /// Mutable between steps: learning-rate and weight-decay schedules are the caller's. Checked at each step.
   Options& options() { return options_; }
+  /// The options (read-only).
   const Options& options() const { return options_; }
 
+  /// Defaults::name, such as "matopt::Muon" (the prefix of its error messages).
   static constexpr const char* name() { return Defaults::name; }
   /// The name and policies, as checkpoints record them.
   static std::string identity() {
@@ -223,6 +313,7 @@ class Optimizer {
 
   /// Reports every `t.every`-th step of each parameter to `t.callback` (step_policy.hpp). Off by default.
   void set_telemetry(Telemetry<T> t) { telemetry_ = std::move(t); }
+  /// The telemetry settings (set_telemetry).
   const Telemetry<T>& telemetry() const { return telemetry_; }
 
   /// The per-parameter learning rate the update actually uses: lr * s(m, n) for Static scaling, lr * r * s
@@ -255,6 +346,7 @@ class Optimizer {
                 Scaling::set_option(o.scaling, key, value);
     return true;
   }
+  /// The keys set_option() accepts: lr, momentum, nesterov, weight_decay, non_finite, then the policies' own.
   static std::string option_keys() {
     std::string keys = "lr, momentum, nesterov, weight_decay, non_finite";
     // Held as strings: a policy may return its keys as a temporary std::string.
@@ -287,7 +379,8 @@ class Optimizer {
   /// Newton-Schulz, r = min(m, n), s = max(m, n)) is at most a kTile^3 problem. OpenBLAS's threads do not pay
   /// at that size, and they compete with matopt's own OpenMP threads, which spin after each region under
   /// libgomp's default wait policy (float products of m n k <= 1e6 run in the Eigen tiles, each in a region):
-  /// a 64 x 768 Muon step took 2.3-8 ms with OpenBLAS's two threads and 0.33 ms with one (docs/performance.md).
+  /// such steps ran several times slower, and erratically, with OpenBLAS's threads than with one
+  /// (`docs/performance.md#row-blocks-and-small-products`).
   static bool serial_products(Index m, Index n) {
     const double r = double(std::min(m, n)), s = double(std::max(m, n)), tile = double(detail::kTile);
     return detail::kEngineThreads && detail::kEngineSerializable && r * r * s <= tile * tile * tile;

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: OpenMP threading with results independent of the thread count (namespace detail only).
 // Threading: OpenMP when the including program is compiled with it (-fopenmp), serial otherwise.
 // Work is cut into pieces whose boundaries never depend on the thread count, and each piece is computed
 // by one thread, so results are bitwise identical for any number of threads. Inside a caller's parallel

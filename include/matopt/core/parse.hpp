@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: parsing of the facade's key/value option strings (namespace detail only).
 // Parsing of key/value option strings for the run-time facade; errors name the key and the value.
 
 #include <cerrno>

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// What a step does around the math: the non-finite-gradient policy (architecture.md, "Errors and bad
-// input") and the telemetry hook (issue: diagnostics during training). Shared by Optimizer, AdamW, the
+/// @file
+/// The non-finite-gradient policy (NonFinite) and the telemetry hook (Telemetry, StepReport) shared by every optimizer.
+// What a step does around the math: the non-finite-gradient policy (docs/api.md#non-finite-gradients)
+// and the telemetry hook (docs/api.md#telemetry: diagnostics during training). Shared by Optimizer, AdamW, the
 // facade and the hybrid container.
 
 #include <cstdint>
@@ -20,6 +22,7 @@ enum class NonFinite {
   Zero,   ///< step with the non-finite entries of G replaced by 0; the state's `zeroed` counter counts it
 };
 
+/// The option value of a policy: "throw", "skip" or "zero" (the facade's `non_finite` option).
 inline const char* non_finite_name(NonFinite p) {
   switch (p) {
     case NonFinite::Skip: return "skip";
@@ -44,9 +47,12 @@ enum class GradAction { Apply, Skip, Zero };
 template <class T>
 struct StepReport {
   const T* param = nullptr;        ///< W's data: identifies the parameter
+  /// W's shape.
+  /// @{
   Index rows = 0, cols = 0;
+  /// @}
   std::int64_t step = 0;           ///< the parameter's step count, this step included
-  /// U = u_g G + u_v V, what the preconditioner received (after momentum and Nesterov, spec §6: the
+  /// U = u_g G + u_v V, what the preconditioner received (after momentum and Nesterov, `docs/math.md#diagnostics`: the
   /// matrix diagonal_dominance and singular_value_quantiles examine). Valid during the callback only.
   MatrixView<const T> direction{};
   double update_rms = 0;           ///< ||W_after - W_before||_F / sqrt(mn)
@@ -60,9 +66,12 @@ struct StepReport {
 /// DeviceOptimizer (backend/device_optimizer.hpp: the same fields, U in device memory).
 template <class T, class Report = StepReport<T>>
 struct Telemetry {
+  /// Report every `every`-th step of each parameter; 0 (the default) turns telemetry off.
   int every = 0;
+  /// Called with the report of each due step; telemetry is off while it is empty.
   std::function<void(const Report&)> callback;
 
+  /// Whether the step that brings a parameter's count to `steps_after` reports.
   bool due(std::int64_t steps_after) const {
     return every > 0 && callback && steps_after % every == 0;
   }

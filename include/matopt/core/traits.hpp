@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: compile-time facts about Eigen matrix arguments and policies (namespace detail only).
 // Compile-time facts about Eigen matrix arguments.
 
 #include <algorithm>
@@ -41,8 +43,8 @@ using DynamicMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, eigen_ord
 /// or inner-panel view (Eigen's LinearAccessBit with direct access) is viewed this way, so that each preset's step
 /// is compiled once per order whatever matrix type the caller holds (and, linked with matopt::runtime, not at all in
 /// the caller's file: presets.hpp). It is also the facade's map (core/view.hpp, with_map). A contiguous map, not a
-/// strided one: Eigen compiles element-wise loops over strided memory into more code (src/runtime_moments.cpp took
-/// 212 s of g++ -O3 with an OuterStride<> map, 159 s with this one).
+/// strided one: Eigen compiles element-wise loops over strided memory into more code (the runtime's files
+/// compiled markedly slower with an OuterStride<> map: `docs/results/performance-log.md#compile-time`).
 template <class T, Layout L>
 using StepMap = Eigen::Map<std::conditional_t<std::is_const_v<T>, const DynamicMatrix<std::remove_const_t<T>, L>,
                                               DynamicMatrix<T, L>>>;

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// MatrixView (a non-owning view of a framework's buffer), view() of Eigen matrices, and conv_weight_view().
 // Non-owning views over a framework's parameter buffers, and the 2-D view of a conv weight.
 
 #include <type_traits>
@@ -22,11 +24,16 @@ using ColMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMaj
 /// A contiguous rows x cols matrix owned by someone else. `T` may be const (gradients).
 template <class T>
 struct MatrixView {
+  /// The first element, in host memory.
   T* data = nullptr;
+  /// Number of rows (m, the fan-out of a weight).
   Index rows = 0;
+  /// Number of columns (n, the fan-in).
   Index cols = 0;
+  /// Storage order of the data (PyTorch's row-major by default).
   Layout layout = Layout::RowMajor;
 
+  /// Number of elements, rows * cols.
   Index size() const { return rows * cols; }
 
   /// A view of mutable data converts to a view of const data (for gradients).
@@ -41,6 +48,7 @@ template <class Derived>
 auto view(Eigen::PlainObjectBase<Derived>& m) {
   return MatrixView<typename Derived::Scalar>{m.data(), m.rows(), m.cols(), detail::layout_of_v<Derived>};
 }
+/// View of a contiguous const Eigen matrix: a MatrixView of const data.
 template <class Derived>
 auto view(const Eigen::PlainObjectBase<Derived>& m) {
   return MatrixView<const typename Derived::Scalar>{m.data(), m.rows(), m.cols(),
@@ -52,11 +60,13 @@ auto view(Eigen::Map<P, Opt>& m) {
   using S = std::remove_pointer_t<decltype(m.data())>;
   return MatrixView<S>{m.data(), m.rows(), m.cols(), detail::layout_of_v<P>};
 }
+/// View of a contiguous const Eigen::Map: a MatrixView of const data.
 template <class P, int Opt>
 auto view(const Eigen::Map<P, Opt>& m) {
   using S = std::remove_pointer_t<decltype(m.data())>;
   return MatrixView<const S>{m.data(), m.rows(), m.cols(), detail::layout_of_v<P>};
 }
+/// View of a contiguous Eigen::Map given as a temporary, such as `view(Eigen::Map<...>(p, m, n))`.
 template <class P, int Opt>
 auto view(Eigen::Map<P, Opt>&& m) {
   return view(m);
@@ -88,7 +98,7 @@ decltype(auto) with_map(MatrixView<T> v, F&& f) {
 }  // namespace detail
 
 /// The 2-D view of a convolution weight stored `(out, in, kh, kw)` contiguously (PyTorch layout):
-/// the row-major matrix `(out, in*kh*kw)`. Every shape-dependent factor (spec §0, §3.1) is computed from
+/// the row-major matrix `(out, in*kh*kw)`. Every shape-dependent factor (`docs/math.md#conventions`) is computed from
 /// this view, e.g. MuonOriginal scales by max(1, out / (in*kh*kw))^(1/2).
 template <class T>
 Eigen::Map<RowMatrix<T>> conv_weight_view(T* data, Index out, Index in, Index kh, Index kw) {
@@ -97,6 +107,7 @@ Eigen::Map<RowMatrix<T>> conv_weight_view(T* data, Index out, Index in, Index kh
                  ", ", kh, ", ", kw, ")");
   return Eigen::Map<RowMatrix<T>>(data, out, in * kh * kw);
 }
+/// The const overload of conv_weight_view(): a read-only 2-D view (a convolution gradient).
 template <class T>
 Eigen::Map<const RowMatrix<T>> conv_weight_view(const T* data, Index out, Index in, Index kh, Index kw) {
   if (out < 0 || in < 0 || kh < 0 || kw < 0)

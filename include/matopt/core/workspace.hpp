@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: flat scratch buffers sized once and viewed as matrices (namespace detail only).
 // Flat scratch buffers sized once (make_state) and viewed as matrices inside step, so that step
 // allocates nothing.
 

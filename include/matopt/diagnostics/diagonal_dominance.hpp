@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Diagonal dominance of the Gram matrix P = U U^T (spec §6; blog §4; the RMNP code's
+/// @file
+/// Diagonal dominance of the Gram matrix U U^T: how far Muon's orthogonalization and row normalization can differ.
+// Diagonal dominance of the Gram matrix P = U U^T (docs/math.md#diagonal-dominance; the RMNP code's
 // `compute_diagonal_dominance`, Dominator-Index/RMNP). When P is diagonal, Muon's (U U^T)^{-1/2} U is exactly
 // RMNP's row normalization, so these ratios measure how far the two preconditioners can differ.
 //
@@ -10,7 +12,7 @@
 //
 // P is formed with a symmetric rank update of its lower triangle (SYRK: about m^2 n flops, half a GEMM)
 // in the workspace's scalar type, double by default; float input is widened first, so every product is
-// exact and only the sums round. Spec §6 asks for at least fp32.
+// exact and only the sums round. The definition asks for at least fp32 (docs/math.md#diagonal-dominance).
 
 #include <algorithm>
 #include <cmath>
@@ -29,13 +31,16 @@ namespace matopt {
 
 /// Which Gram matrix diagonal_dominance examines.
 enum class GramSide {
-  Rows,   ///< P = U U^T (m x m): rows of U, the fan-in vectors of the output units (spec §6, RMNP).
-  Short,  ///< the Gram on the shorter side: U U^T when m <= n, U^T U (n x n) when m > n (spec §6, option).
+  Rows,   ///< P = U U^T (m x m): rows of U, the fan-in vectors of the output units (as RMNP).
+  Short,  ///< the Gram on the shorter side: U U^T when m <= n, U^T U (n x n) when m > n (an option).
 };
 
-/// Diagonal-dominance statistics of one Gram matrix P (k x k). All zero when k < 2 (spec §6).
+/// Diagonal-dominance statistics of one Gram matrix P (k x k). All zero when k < 2.
 struct DiagonalDominance {
+  /// Min, mean and max over i of r_i = |P_ii| / (mean_{j!=i} |P_ij| + 1e-10).
+  /// @{
   double r_min = 0, r_avg = 0, r_max = 0;          ///< of r_i = |P_ii| / (mean_{j!=i} |P_ij| + 1e-10)
+  /// @}
   double ratio_to_max_min = 0;                     ///< min_i of P_ii / (max_{j!=i} |P_ij| + 1e-10)
   double ratio_to_max_avg = 0;                     ///< mean_i of the same
   double gershgorin_min = 0;                       ///< min_i (P_ii - sum_{j!=i} |P_ij|)
@@ -63,12 +68,13 @@ struct DiagonalDominanceWorkspace {
     rows.reserve(2 * k);
     if (!std::is_same_v<Scalar, Acc>) input.reserve(m * n);
   }
+  /// Bytes held.
   std::size_t bytes() const { return gram.bytes() + input.bytes() + rows.bytes(); }
 };
 
 namespace detail {
 
-/// Statistics of the symmetric k x k matrix whose lower triangle is in `p` (spec §6).
+/// Statistics of the symmetric k x k matrix whose lower triangle is in `p` (`docs/math.md#diagonal-dominance`).
 template <class Acc>
 DiagonalDominance dominance_of_gram(const Eigen::Map<typename Buffer<Acc>::Matrix>& p, Buffer<Acc>& rows_buf,
                                     GramSide side) {
@@ -123,8 +129,9 @@ DiagonalDominance dominance_of_gram(const Eigen::Map<typename Buffer<Acc>::Matri
 /// Diagonal dominance of P = U U^T (or, with GramSide::Short, of the Gram on U's shorter side), computed in
 /// the workspace's precision `Acc`. Allocates nothing once `ws.reserve<Scalar>(m, n, side)` has been called
 /// (Scalar = U's scalar), beyond what Eigen's own matrix product allocates for packing at large sizes
-/// (style.md) and what evaluating a non-plain expression `u` costs. U may be any Eigen expression of any storage order; its scalar must not be
-/// more precise than Acc. Spec §6: call it on U, the matrix the preconditioner receives.
+/// (`docs/design.md#workspace-and-allocation`) and what evaluating a non-plain expression `u` costs. U may be any
+/// Eigen expression of any storage order; its scalar must not be more precise than Acc. Call it on U, the matrix
+/// the preconditioner receives (`docs/math.md#diagonal-dominance`).
 template <class Derived, class Acc>
 DiagonalDominance diagonal_dominance(const Eigen::MatrixBase<Derived>& u, DiagonalDominanceWorkspace<Acc>& ws,
                                      GramSide side = GramSide::Rows) {
@@ -157,7 +164,7 @@ DiagonalDominance diagonal_dominance(const Eigen::MatrixBase<Derived>& u, Diagon
   return detail::dominance_of_gram<Acc>(p, ws.rows, used);
 }
 
-/// Diagonal dominance of P = U U^T (spec §6) accumulated in double, with a workspace of its own (allocates).
+/// Diagonal dominance of P = U U^T (docs/math.md) accumulated in double, with a workspace of its own (allocates).
 template <class Derived>
 DiagonalDominance diagonal_dominance(const Eigen::MatrixBase<Derived>& u, GramSide side = GramSide::Rows) {
   DiagonalDominanceWorkspace<double> ws;
@@ -170,9 +177,12 @@ DiagonalDominance diagonal_dominance(MatrixView<T> u, GramSide side = GramSide::
   return detail::with_map(u, [&](const auto& map) { return diagonal_dominance(map, side); });
 }
 
-/// Model-wide averages r̄_min, r̄_avg, r̄_max of the per-matrix statistics (blog §4; the RMNP paper's plots).
+/// Model-wide averages r̄_min, r̄_avg, r̄_max of the per-matrix statistics (the RMNP paper's plots).
 struct DiagonalDominanceMean {
+  /// Averages of r_min, r_avg and r_max over the matrices added.
+  /// @{
   double r_min = 0, r_avg = 0, r_max = 0;
+  /// @}
   Index matrices = 0;  ///< matrices averaged (those with a Gram of side >= 2)
   Index skipped = 0;   ///< matrices left out because their Gram has side < 2 (their statistics are all 0)
 };
@@ -181,6 +191,7 @@ struct DiagonalDominanceMean {
 /// side < 2 are counted in `skipped` and left out of the averages (their zeros carry no information).
 class DiagonalDominanceAccumulator {
  public:
+  /// Adds one matrix's statistics (a Gram of side < 2 is counted in `skipped` only).
   void add(const DiagonalDominance& d) {
     if (d.size < 2) {
       ++mean_.skipped;
@@ -195,7 +206,9 @@ class DiagonalDominanceAccumulator {
     mean_.r_avg = sum_avg_ / c;
     mean_.r_max = sum_max_ / c;
   }
+  /// The averages so far.
   const DiagonalDominanceMean& mean() const { return mean_; }
+  /// Starts over.
   void reset() { *this = DiagonalDominanceAccumulator{}; }
 
  private:

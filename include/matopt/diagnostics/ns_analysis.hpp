@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Newton–Schulz analysis (spec §6; seed abstract 1, Magakyan, Parrilo, Ozdaglar): how a schedule maps a
+/// @file
+/// Newton–Schulz analysis: response tables, failure thresholds, a step planner and power-law extrapolation.
+// Newton–Schulz analysis (docs/math.md; Magakyan, Parrilo, Ozdaglar): how a schedule maps a
 // normalized singular value after k steps, the smallest singular value it lifts into a band tau (the NS
 // "failure threshold"), a planner choosing the fewest steps whose threshold lies below a tracked
 // singular-value quantile, and the power law q(M) = q_ref (M / M_ref)^(-alpha) along which those quantiles
@@ -55,7 +57,7 @@ inline Eigen::MatrixXd ns_response_table(const NsSchedule& s, const std::vector<
 /// true of every published schedule: the response increases on [0, its first maximum], and tau is crossed
 /// there; the scan would also find a later crossing if the response first peaked below tau, but could step
 /// over a crossing and re-crossing inside one grid interval (1/64 of a decade) of a non-monotone map.
-/// Spec §6: Jordan, tau = 0.5, 5 steps -> 1.07e-3; each extra step divides it by about a = 3.4445.
+/// Published (docs/math.md): Jordan, tau = 0.5, 5 steps -> 1.07e-3; each extra step divides it by about a = 3.4445.
 inline double ns_failure_threshold(const NsSchedule& s, double tau, int steps = -1, double sigma_hi = 1.0) {
   constexpr const char* where = "matopt::ns_failure_threshold";
   s.validate(where);
@@ -105,10 +107,10 @@ struct NsPlan {
 };
 
 /// Picks the fewest steps K in [1, max_steps] whose failure threshold lies at or below the tracked quantile
-/// q of U / ||U||_F (singular_value_quantiles; spec §6, seed abstract 1), so that directions with singular
+/// q of U / ||U||_F (singular_value_quantiles; docs/math.md), so that directions with singular
 /// value >= q come out of NS at least tau. The comparison is in NS-input units: threshold(K) <= q / safety.
-/// With o.generate, each candidate K is instead the Polar Express composition generated for l = q (spec
-/// §2.1; l is capped at 0.999, since the generator needs l < 1) and checked the same way. When no K
+/// With o.generate, each candidate K is instead the Polar Express composition generated for l = q (docs/math.md;
+/// l is capped at 0.999, since the generator needs l < 1) and checked the same way. When no K
 /// reaches tau the plan has K = max_steps and reached = false. q must be in (0, 1] (a zero quantile means
 /// the matrix is rank-deficient at that p: pick a larger p). Cost: up to max_steps threshold searches (and
 /// generations), microseconds each.
@@ -136,12 +138,16 @@ inline NsPlan plan_ns_steps(const NsSchedule& base, double quantile, const NsPla
 }
 
 /// A power law q(M) = q_ref (M / m_ref)^(-alpha), e.g. a singular-value quantile against model size M
-/// (seed abstract 1 reports alpha from about 0.25, early and middle layers, to 0.96, some late layers).
+/// (Magakyan, Parrilo and Ozdaglar report alpha from about 0.25, early and middle layers, to 0.96, some late layers).
 struct PowerLaw {
+  /// q at the reference size.
   double q_ref = 1;
+  /// The reference size M_ref.
   double m_ref = 1;
+  /// The exponent alpha.
   double alpha = 0;
   double alpha_stderr = 0;  ///< standard error of alpha when fitted (NaN from two points), else 0
+  /// q at size m.
   double operator()(double m) const { return q_ref * std::pow(m / m_ref, -alpha); }
 };
 

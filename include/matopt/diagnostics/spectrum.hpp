@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Spectral diagnostics (spec §6):
-//  - singular-value quantiles of X = U / ||U||_F, the matrix Newton–Schulz sees (seed abstract 1:
-//    Magakyan, Parrilo, Ozdaglar, "singular value quantiles of the momentum buffer");
+/// @file
+/// Singular-value diagnostics: quantiles, orthogonality residual, spectral flatness and the exact-polar step.
+// Spectral diagnostics (docs/math.md#diagnostics):
+//  - singular-value quantiles of X = U / ||U||_F, the matrix Newton–Schulz sees
+//    (Magakyan, Parrilo, Ozdaglar, "singular value quantiles of the momentum buffer");
 //  - the orthogonality residual of a Newton–Schulz output: its singular-value spread and
 //    ||X X^T - I||_F / sqrt(r) on the short side;
 //  - spectral flatness mean(sigma) / max(sigma) of a gradient and the stable step of the exact-polar update
-//    on 1/2 ||W - W*||^2, eta < 2 ||G||_* / rank (seed abstract 3).
+//    on 1/2 ||W - W*||^2, eta < 2 ||G||_* / rank (docs/math.md#spectral-flatness).
 // Everything is computed in double whatever the input's scalar. These functions allocate (SVD,
 // eigen-solver); they are measurements, not part of a step.
 
@@ -86,7 +88,7 @@ Eigen::VectorXd normalized_singular_values(const Eigen::MatrixBase<Derived>& u) 
 }
 
 /// Quantiles at `ps` (each in [0, 1]) of the singular values of X = U / ||U||_F, the normalized singular
-/// values Newton–Schulz sees before its safety factor (spec §6; seed abstract 1). Convention of
+/// values Newton–Schulz sees before its safety factor (`docs/math.md#singular-value-quantiles`). Convention of
 /// sample_quantiles (numpy "linear") over all min(m, n) singular values. Throws std::invalid_argument for an
 /// empty U or p outside [0, 1].
 template <class Derived>
@@ -108,7 +110,7 @@ struct OrthogonalityResidual {
   double gram = 0;       ///< ||X X^T - I_r||_F / sqrt(r), X oriented r x s (short side first)
 };
 
-/// Orthogonality residual of an output O (spec §6): the spread [sigma_min, sigma_max] of its singular values
+/// Orthogonality residual of an output O (docs/math.md): the spread [sigma_min, sigma_max] of its singular values
 /// and ||X X^T - I||_F / sqrt(r) with X = O or O^T so that X X^T is r x r, r = min(m, n). Both come from one
 /// Gram matrix formed in double (SYRK), its singular values as square roots of the Gram's eigenvalues:
 /// absolute error about 1e-8 * sigma_max, plenty for outputs near 1. Cost r^2 s + O(r^3).
@@ -139,7 +141,7 @@ OrthogonalityResidual orthogonality_residual(const Eigen::MatrixBase<Derived>& o
   return out;
 }
 
-/// Spectral flatness of a gradient G and the stable step of the exact-polar update (seed abstract 3).
+/// Spectral flatness of a gradient G and the stable step of the exact-polar update (`docs/math.md#spectral-flatness`).
 struct SpectralFlatness {
   double sigma_max = 0;       ///< largest singular value of G
   double sigma_mean = 0;      ///< ||G||_* / rank: the mean of the nonzero singular values
@@ -150,9 +152,9 @@ struct SpectralFlatness {
 };
 
 /// Spectral flatness mean(sigma) / max(sigma) of G over its numerical rank, and the bound 2 ||G||_* / rank
-/// (spec §6). For f(W) = 1/2 ||W - W*||^2 and G = W - W*, the exact-polar step W <- W - eta polar(G) maps each
+/// (docs/math.md). For f(W) = 1/2 ||W - W*||^2 and G = W - W*, the exact-polar step W <- W - eta polar(G) maps each
 /// nonzero singular value s_i of G to |s_i - eta|, so it decreases f iff eta < 2 ||G||_* / rank: the average
-/// singular value, not the largest, sets the step (seed abstract 3). The rank tolerance
+/// singular value, not the largest, sets the step. The rank tolerance
 /// max(m, n) eps(T) sigma_max (T the input scalar) is ExactPolar's, so the bound is that of the step
 /// ExactPolar takes. Singular values by BDCSVD in double: one SVD, O(mn min(m, n)).
 /// Throws std::invalid_argument for an empty G.

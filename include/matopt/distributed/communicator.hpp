@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// matopt::Communicator: the collectives the sharded optimizer needs (architecture.md, "Distribution"),
+/// @file
+/// Communicator: the collectives of the sharded optimizer behind one interface (SingleProcess, MPI, NCCL backends).
+// matopt::Communicator: the collectives the sharded optimizer needs (docs/distributed.md),
 // behind one interface with backends chosen at run time: SingleProcess (here), MpiCommunicator (mpi.hpp),
 // NcclCommunicator (nccl.cuh). A communicator never owns the underlying process group.
 //
@@ -30,8 +32,10 @@ enum class CommType : std::uint8_t { Float, Double, Byte };
 
 /// The four collectives, indexing CommCounters.
 enum class CommKind : std::uint8_t { AllReduce = 0, AllGather = 1, ReduceScatter = 2, Broadcast = 3 };
+/// Number of CommKind values (the size of CommCounters' arrays).
 inline constexpr std::size_t comm_kinds = 4;
 
+/// "all_reduce", "all_gather", "reduce_scatter" or "broadcast".
 inline const char* comm_kind_name(CommKind k) {
   switch (k) {
     case CommKind::AllReduce: return "all_reduce";
@@ -43,13 +47,20 @@ inline const char* comm_kind_name(CommKind k) {
 
 /// Calls and payload bytes per call kind (see the file comment for what a call counts).
 struct CommCounters {
+  /// Calls per CommKind.
   std::array<std::uint64_t, comm_kinds> calls{};
+  /// Payload bytes this rank handed to the collectives, per CommKind: n for all_reduce, counts[rank] for all_gather,
+  /// sum(counts) for reduce_scatter, n at the root (0 elsewhere) for broadcast.
   std::array<std::uint64_t, comm_kinds> bytes{};
 
+  /// Calls of kind k.
   std::uint64_t calls_of(CommKind k) const { return calls[std::size_t(k)]; }
+  /// Payload bytes of kind k.
   std::uint64_t bytes_of(CommKind k) const { return bytes[std::size_t(k)]; }
+  /// Payload bytes of every kind.
   std::uint64_t total_bytes() const { return std::accumulate(bytes.begin(), bytes.end(), std::uint64_t(0)); }
 
+  /// The counts between two readings, a - b.
   friend CommCounters operator-(const CommCounters& a, const CommCounters& b) {
     CommCounters d;
     for (std::size_t k = 0; k < comm_kinds; ++k) {
@@ -76,8 +87,11 @@ inline std::size_t comm_type_bytes(CommType t) { return t == CommType::Float ? 4
 /// bytes, then call the backend (the do_* functions).
 class Communicator {
  public:
+  /// Leaves the underlying process group alone (a communicator never owns it).
   virtual ~Communicator() = default;
+  /// This process's rank, in [0, size()).
   virtual int rank() const = 0;
+  /// Number of processes in the group.
   virtual int size() const = 0;
   /// The backend's name, for messages and reports ("single-process", "mpi", "nccl").
   virtual const char* name() const = 0;
@@ -121,13 +135,18 @@ class Communicator {
 
   /// Totals since construction (or the last reset_counters()).
   const CommCounters& counters() const { return counters_; }
+  /// Sets every counter to 0.
   void reset_counters() { counters_ = {}; }
 
  protected:
+  /// Backend: in place, data[i] <- the sum over ranks (n > 0 elements of type t).
   virtual void do_all_reduce(void* data, std::size_t n, CommType t) = 0;
+  /// Backend: recv <- the concatenation over ranks of their counts[r] elements (see all_gather).
   virtual void do_all_gather(const void* send, void* recv, const std::vector<std::size_t>& counts, CommType t) = 0;
+  /// Backend: rank r's recv <- the sum over ranks of block r of send (see reduce_scatter).
   virtual void do_reduce_scatter(const void* send, void* recv, const std::vector<std::size_t>& counts,
                                  CommType t) = 0;
+  /// Backend: in place, data <- root's data (n > 0 elements).
   virtual void do_broadcast(void* data, std::size_t n, int root, CommType t) = 0;
 
  private:

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// MpiCommunicator: matopt::Communicator over an MPI communicator the caller created (link matopt::mpi).
 // MpiCommunicator: matopt::Communicator over an MPI communicator the caller created (MPI_COMM_WORLD or a
 // sub-communicator). It neither initializes, duplicates nor finalizes MPI: the caller calls MPI_Init before
 // and MPI_Finalize after, and keeps `comm` alive while this object is used. Link matopt::mpi.
@@ -15,9 +17,11 @@
 
 // Only MPI's C API is used: skip the deprecated C++ bindings (their headers do not build warning-free).
 #ifndef OMPI_SKIP_MPICXX
+/// Skips Open MPI's deprecated C++ bindings.
 #define OMPI_SKIP_MPICXX 1
 #endif
 #ifndef MPICH_SKIP_MPICXX
+/// Skips MPICH's deprecated C++ bindings.
 #define MPICH_SKIP_MPICXX 1
 #endif
 #include <mpi.h>
@@ -26,8 +30,12 @@
 
 namespace matopt {
 
+/// Communicator over an MPI communicator the caller created (MPI_COMM_WORLD or a sub-communicator). It neither
+/// initializes, duplicates nor finalizes MPI: call MPI_Init before and MPI_Finalize after, and keep `comm` alive while
+/// this object is used. Counts above INT_MAX elements are rejected.
 class MpiCommunicator final : public Communicator {
  public:
+  /// Wraps `comm`; throws std::logic_error if MPI is not initialized.
   explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
     int initialized = 0;
     MPI_Initialized(&initialized);
@@ -40,6 +48,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const char* name() const override { return "mpi"; }
+  /// The wrapped MPI communicator.
   MPI_Comm comm() const { return comm_; }
 
  protected:

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// NcclCommunicator: matopt::Communicator over an NCCL communicator and a CUDA stream (link matopt::nccl).
 // NcclCommunicator: matopt::Communicator over an NCCL communicator (ncclComm_t) and a CUDA stream the
 // caller owns (ncclCommInitRank / ncclCommDestroy stay the caller's). Link matopt::nccl (CMake defines it
 // only when a CUDA compiler, nccl.h and libnccl are found).
@@ -25,14 +27,22 @@
 
 namespace matopt {
 
+/// Communicator over an NCCL communicator and a CUDA stream the caller owns (ncclCommInitRank and ncclCommDestroy
+/// stay the caller's). Every call returns with its result in place (it synchronizes the stream). Buffers may be
+/// device or managed memory, used directly, or host memory, staged through a device buffer this object owns.
 class NcclCommunicator final : public Communicator {
  public:
+  /// Wraps `comm`, queuing the collectives on `stream`; throws std::runtime_error if NCCL cannot report the rank
+  /// or size.
   NcclCommunicator(ncclComm_t comm, cudaStream_t stream) : comm_(comm), stream_(stream) {
     check(ncclCommUserRank(comm_, &rank_), "ncclCommUserRank");
     check(ncclCommCount(comm_, &size_), "ncclCommCount");
   }
+  /// Not copyable (it owns its staging buffer).
   NcclCommunicator(const NcclCommunicator&) = delete;
+  /// Not copyable.
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+  /// Frees the staging buffer.
   ~NcclCommunicator() override {
     if (staging_ != nullptr) cudaFree(staging_);
   }

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// ShardedOptimizer: data-parallel training with the optimizer state sharded ZeRO-1 style (arXiv 1910.02054).
 // ShardedOptimizer<Opt>: data-parallel training with the optimizer state sharded ZeRO-1 style
 // (Rajbhandari et al., arXiv 1910.02054): every rank holds all parameters and computes a local gradient;
 // each piece of optimizer state lives on exactly one rank. Per step, collectively:
@@ -74,13 +76,23 @@ template <class Inner>
 struct NuclearScaled;
 struct DionPowerIteration;
 
+/// How ShardedOptimizer cuts the state: `Owner` (each matrix whole on one rank, by a balanced greedy plan; any
+/// optimizer, the update bitwise the single-process one) or `RowSharded` (every matrix cut along its normalized
+/// dimension across all ranks: RowNormalize or ColNormalize with Static scaling and a momentum buffer).
 enum class ShardMode { Owner, RowSharded };
+/// How gradients are reduced: `ReduceScatter` (each rank receives the pieces it steps) or `AllReduce`.
 enum class GradSync { ReduceScatter, AllReduce };
+/// The reduced gradient: `Average` (the sum over ranks / size: local gradients are means over each rank's share of
+/// the batch) or `Sum`.
 enum class GradReduction { Average, Sum };
 
+/// Options of ShardedOptimizer's distribution.
 struct ShardOptions {
+  /// How the state is cut (default Owner).
   ShardMode mode = ShardMode::Owner;
+  /// The gradient collective (default ReduceScatter).
   GradSync sync = GradSync::ReduceScatter;
+  /// Mean or sum of the ranks' gradients (default Average).
   GradReduction reduction = GradReduction::Average;
 };
 
@@ -118,6 +130,7 @@ struct ShardPlan {
   std::vector<int> owner;   ///< per parameter
   std::vector<double> load; ///< per rank: sum of its parameters' costs
 
+  /// The greedy plan of `costs` (one per parameter) over `ranks` ranks (>= 1; throws std::invalid_argument otherwise).
   static ShardPlan greedy(const std::vector<double>& costs, int ranks) {
     if (ranks < 1) detail::fail("matopt::ShardPlan", "needs at least one rank (got ", ranks, ")");
     ShardPlan p;
@@ -140,21 +153,34 @@ struct ShardPlan {
   }
 };
 
+/// Data-parallel training with `Opt`'s state sharded ZeRO-1 style (Rajbhandari et al., arXiv 1910.02054): every
+/// rank holds all parameters and computes a local gradient; each piece of optimizer state lives on one rank. A
+/// step reduces the gradients (GradSync), the holder of each piece steps it with Opt, and the updated pieces are
+/// all-gathered into every replica. Checkpoints are one file independent of the world size and ShardMode.
+/// @tparam Opt the wrapped optimizer (a preset or a composition).
 template <class Opt>
 class ShardedOptimizer {
  public:
+  /// The scalar type.
   using T = typename Opt::Scalar;
+  /// The scalar type.
   using Scalar = T;
+  /// Opt's per-parameter state.
   using State = typename Opt::State;
+  /// Opt's options.
   using Options = typename Opt::Options;
+  /// Opt's preconditioner policy.
   using Preconditioner = typename Opt::PreconditionerType;
+  /// Opt's scaling policy.
   using Scaling = typename Opt::ScalingType;
+  /// Opt's momentum policy.
   using Momentum = typename Opt::MomentumType;
 
   /// RowSharded cuts rows for RowNormalize, columns for ColNormalize; both need Static scaling's fused step.
   static constexpr bool row_shardable =
       (std::is_same_v<Preconditioner, RowNormalize> || std::is_same_v<Preconditioner, ColNormalize>) &&
       detail::has_fused_step_v<Scaling> && Momentum::has_buffer;
+  /// Whether RowSharded mode cuts columns (ColNormalize) rather than rows.
   static constexpr bool split_columns = std::is_same_v<Preconditioner, ColNormalize>;
 
   /// `params`: this rank's replica of every parameter (the same shapes, layouts and order on every rank;
@@ -346,9 +372,13 @@ class ShardedOptimizer {
     scratch_.reset();
   }
 
+  /// The wrapped optimizer (the one that steps this rank's pieces).
   Opt& optimizer() { return opt_; }
+  /// The wrapped optimizer (read-only).
   const Opt& optimizer() const { return opt_; }
+  /// Opt's options, mutable between steps.
   Options& options() { return opt_.options(); }
+  /// The distribution options.
   const ShardOptions& shard_options() const { return shard_; }
   /// Owner mode: the plan (empty in RowSharded mode).
   const ShardPlan& plan() const { return plan_; }

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// AnyOptimizer and make_optimizer(): any preset built from a name and key/value options, stepping raw views.
 // A type-erased optimizer for frameworks configured at run time: build any preset from a name and
 // key/value options, step raw (pointer, shape, layout) views. The typed presets stay the zero-overhead
 // path; this wraps one of them behind one virtual call per step.
@@ -38,6 +40,10 @@ inline constexpr bool
         true;
 }  // namespace detail
 
+/// A type-erased optimizer for frameworks configured at run time: wraps any typed optimizer (a preset, a
+/// composition, AdamW, Lion) behind one virtual call per step, and steps raw MatrixViews. make_optimizer() builds
+/// one from a preset name and key/value options. Copies are deep.
+/// @tparam T float or double.
 template <class T>
 class AnyOptimizer {
   struct StateBase {
@@ -75,17 +81,26 @@ class AnyOptimizer {
   /// The state of one parameter; made by make_state of the optimizer that steps it.
   class State {
    public:
+    /// An empty state (valid() is false).
     State() = default;
+    /// A deep copy.
     State(const State& o) : impl_(o.impl_ ? o.impl_->clone() : nullptr) {}
+    /// Moves the state.
     State(State&&) noexcept = default;
+    /// A deep copy.
     State& operator=(const State& o) {
       if (this != &o) impl_ = o.impl_ ? o.impl_->clone() : nullptr;
       return *this;
     }
+    /// Moves the state.
     State& operator=(State&&) noexcept = default;
+    /// Whether the state holds anything (made by make_state).
     bool valid() const { return impl_ != nullptr; }
+    /// Rows of its parameter (0 when empty).
     Index rows() const { return impl_ ? impl_->rows() : 0; }
+    /// Columns of its parameter (0 when empty).
     Index cols() const { return impl_ ? impl_->cols() : 0; }
+    /// Bytes held (0 when empty).
     std::size_t bytes() const { return impl_ ? impl_->bytes() : 0; }
     std::int64_t steps() const { return impl_ ? impl_->steps() : 0; }      ///< steps taken
     std::int64_t skipped() const { return impl_ ? impl_->skipped() : 0; }  ///< skipped (NonFinite::Skip)
@@ -108,6 +123,7 @@ class AnyOptimizer {
       if (!impl_) detail::fail("matopt::AnyOptimizer::State", "cannot save an empty state");
       impl_->write(w);
     }
+    /// Restores the wrapped state's fields from a checkpoint.
     void read(detail::Reader& r) {
       if (!impl_) detail::fail("matopt::AnyOptimizer::State", "cannot load into an empty state");
       impl_->read(r);
@@ -206,33 +222,48 @@ class AnyOptimizer {
   explicit AnyOptimizer(Opt opt) : impl_(std::make_unique<Model<Opt>>(std::move(opt))) {
     static_assert(std::is_same_v<typename Opt::Scalar, T>, "matopt::AnyOptimizer<T>: scalar types differ");
   }
+  /// A deep copy of the wrapped optimizer.
   AnyOptimizer(const AnyOptimizer& o) : impl_(o.impl_->clone()) {}
+  /// Moves the wrapped optimizer.
   AnyOptimizer(AnyOptimizer&&) noexcept = default;
+  /// A deep copy of the wrapped optimizer.
   AnyOptimizer& operator=(const AnyOptimizer& o) {
     if (this != &o) impl_ = o.impl_->clone();
     return *this;
   }
+  /// Moves the wrapped optimizer.
   AnyOptimizer& operator=(AnyOptimizer&&) noexcept = default;
 
+  /// Allocates the state of a parameter W (see Optimizer::make_state).
   State make_state(MatrixView<const T> w) { return impl_->make_state(w); }
+  /// One step of W with gradient G (see Optimizer::step); throws std::invalid_argument, leaving W and s unchanged.
   void step(MatrixView<T> w, MatrixView<const T> g, State& s) { impl_->step(w, g, s); }
 
   /// Sets one option from text; an unknown key or a bad value throws and changes nothing.
   void set(std::string_view key, std::string_view value) { impl_->set(key, value); }
+  /// The learning rate.
   T lr() const { return impl_->lr(); }
+  /// Sets the learning rate (> 0; throws std::invalid_argument otherwise).
   void set_lr(T lr) { impl_->set_lr(lr); }
+  /// The weight decay.
   T weight_decay() const { return impl_->weight_decay(); }
+  /// Sets the weight decay (>= 0; throws std::invalid_argument otherwise).
   void set_weight_decay(T wd) { impl_->set_weight_decay(wd); }
   /// The non-finite-gradient policy (options.non_finite of the wrapped optimizer).
   NonFinite non_finite() const { return impl_->non_finite(); }
+  /// Sets the non-finite-gradient policy.
   void set_non_finite(NonFinite p) { impl_->set_non_finite(p); }
   /// Telemetry of a matrix optimizer (AdamW does not report; a non-zero `every` throws for it).
   void set_telemetry(Telemetry<T> t) { impl_->set_telemetry(std::move(t)); }
+  /// The wrapped optimizer's effective lr for this state (Optimizer::effective_lr).
   T effective_lr(const State& s) const { return impl_->effective_lr(s); }
+  /// The wrapped optimizer's name, such as "matopt::Muon".
   std::string name() const { return impl_->name(); }
   /// The wrapped optimizer's identity (checkpoints): states it made load only into the same kind.
   std::string identity() const { return impl_->identity(); }
+  /// The keys set() accepts (the wrapped optimizer's option_keys()).
   std::string option_keys() const { return impl_->option_keys(); }
+  /// The wrapped optimizer's workspace bytes.
   std::size_t workspace_bytes() const { return impl_->workspace_bytes(); }
 
  private:

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// A model's optimizer: routes each parameter to the matrix optimizer or to AdamW (spec §4: Muon-family
+/// @file
+/// HybridOptimizer: a model's optimizer, routing hidden matrices to a matrix optimizer and the rest to AdamW.
+// A model's optimizer: routes each parameter to the matrix optimizer or to AdamW (docs/math.md#presets: Muon-family
 // optimizers are for hidden matrices only; biases, norms, embeddings and output heads go to AdamW), with
 // per-group lr scale and weight decay, and each parameter's effective lr on query.
 //
@@ -30,8 +32,11 @@ namespace matopt {
 
 /// What a parameter is in its model. Auto: a matrix with more than one row and column is Hidden,
 /// anything else a Vector. Conv weights are added through conv_weight_view and are Hidden.
+/// Hidden: the matrix optimizer. Vector, Embedding, Head: AdamW by default (Options::embeddings_to_adamw,
+/// Options::heads_to_adamw).
 enum class Role { Auto, Hidden, Vector, Embedding, Head };
 /// Which optimizer steps a parameter.
+/// `Matrix`: the matrix optimizer; `AdamW`: the second optimizer (AdamW by default, or e.g. Lion).
 enum class Route { Matrix, AdamW };
 
 namespace detail {
@@ -42,9 +47,15 @@ AnyOptimizer<T> default_adamw() {
 }
 }  // namespace detail
 
+/// A model's optimizer: routes each parameter (added by name, with its Role) to the matrix optimizer or to AdamW
+/// (Muon-family optimizers are for hidden matrices only; biases, norms, embeddings and output heads go to AdamW), with
+/// per-group lr scale, lr and weight decay, each parameter's effective lr on query, the non-finite-gradient policy
+/// over the whole step, and checkpoints of the whole model (save_checkpoint(), load_checkpoint()).
+/// @tparam T float or double.
 template <class T>
 class HybridOptimizer {
  public:
+  /// Routing and the non-finite-gradient policy.
   struct Options {
     bool embeddings_to_adamw = true;  ///< false: embeddings go to the matrix optimizer
     bool heads_to_adamw = true;       ///< false: output heads go to the matrix optimizer
@@ -57,11 +68,16 @@ class HybridOptimizer {
   /// weight_decay, if set, replaces the route's. Group 0 ("default", scale 1, the route's lr and decay)
   /// always exists.
   struct Group {
+    /// The group's name.
     std::string name;
+    /// Multiplies the lr (default 1).
     T lr_scale = T(1);
+    /// Replaces the route's weight decay when set.
     std::optional<T> weight_decay;
   };
 
+  /// Routes hidden matrices to `matrix` and the other parameters to `adamw` (AdamW<T> with its defaults unless given,
+  /// or make_optimizer<T>("lion")). Group 0 ("default") exists.
   explicit HybridOptimizer(AnyOptimizer<T> matrix, AnyOptimizer<T> adamw = detail::default_adamw<T>(),
                            Options options = {})
       : matrix_(std::move(matrix)), adamw_(std::move(adamw)), options_(options) {
@@ -76,6 +92,7 @@ class HybridOptimizer {
     group_lr_.emplace_back();
     return groups_.size() - 1;
   }
+  /// Group g (throws std::out_of_range if it does not exist); its fields may be changed between steps.
   Group& group(std::size_t g) { return groups_.at(g); }
 
   /// A group's own lr in place of its route's (e.g. a torch param group's lr; std::nullopt: the route's).
@@ -86,6 +103,7 @@ class HybridOptimizer {
     if (lr) detail::require_positive("matopt::HybridOptimizer::set_group_lr", "lr", *lr);
     group_lr_[g] = lr;
   }
+  /// Group g's own lr (std::nullopt: its route's).
   std::optional<T> group_lr(std::size_t g) const { return group_lr_.at(g); }
 
   /// Registers a parameter (the data stays the caller's, and must outlive this optimizer's use of it);
@@ -168,7 +186,9 @@ class HybridOptimizer {
 
   /// Steps skipped for a non-finite gradient (Options::non_finite = Skip).
   std::int64_t skipped_steps() const { return skipped_steps_; }
+  /// The routing options and the non-finite policy.
   Options& options() { return options_; }
+  /// The routing options and the non-finite policy (read-only).
   const Options& options() const { return options_; }
 
   /// Reports every `every`-th step of each matrix-routed parameter, with its name (step_policy.hpp's
@@ -186,9 +206,13 @@ class HybridOptimizer {
     matrix_.set_telemetry(std::move(t));
   }
 
+  /// Number of parameters added.
   std::size_t size() const { return params_.size(); }
+  /// Parameter i's name.
   const std::string& name(std::size_t i) const { return param(i, "name").name; }
+  /// Which optimizer steps parameter i.
   Route route(std::size_t i) const { return param(i, "route").route; }
+  /// Parameter i's role (Auto resolved to Hidden or Vector).
   Role role(std::size_t i) const { return param(i, "role").role; }
 
   /// The lr parameter i's update uses: its route's effective lr (lr * s(m, n) for Static scaling, lr * r * s
@@ -202,7 +226,9 @@ class HybridOptimizer {
     return own ? lr * (*own / opt.lr()) : lr;
   }
 
+  /// The optimizer of the matrix route (to change its lr or options).
   AnyOptimizer<T>& matrix_optimizer() { return matrix_; }
+  /// The optimizer of the AdamW route.
   AnyOptimizer<T>& adamw() { return adamw_; }
 
   /// Checkpoints (serialization/checkpoint.hpp's format): every parameter's name, route and optimizer state,
@@ -407,16 +433,19 @@ template <class T>
 void save_checkpoint(const std::string& path, const HybridOptimizer<T>& h, bool parameters = false) {
   detail::write_file_atomically(path, h.checkpoint_bytes(parameters));
 }
+/// Writes the checkpoint to a stream (see the file overload).
 template <class T>
 void save_checkpoint(std::ostream& os, const HybridOptimizer<T>& h, bool parameters = false) {
   const std::string bytes = h.checkpoint_bytes(parameters);
   os.write(bytes.data(), std::streamsize(bytes.size()));
   if (!os) throw std::runtime_error("matopt checkpoint: the stream failed while writing");
 }
+/// Restores a checkpoint from the file `path` (all or nothing).
 template <class T>
 void load_checkpoint(const std::string& path, HybridOptimizer<T>& h) {
   h.restore(detail::read_file(path));
 }
+/// Restores a checkpoint from a stream (all or nothing).
 template <class T>
 void load_checkpoint(std::istream& is, HybridOptimizer<T>& h) {
   h.restore(detail::read_stream(is));

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// TorchOptimizer: matopt as a torch::optim::Optimizer (target matopt::libtorch; not in <matopt/matopt.hpp>).
 // matopt as a libtorch optimizer: matopt::TorchOptimizer derives from torch::optim::Optimizer, so a libtorch
 // program switches to matopt by changing one line:
 //
@@ -8,7 +10,7 @@
 //   ...
 //   opt.zero_grad(); loss.backward(); opt.step();
 //
-// Routing as HybridOptimizer's (spec §4): hidden 2-D weights, and conv weights through their (out, in*kh*kw)
+// Routing as HybridOptimizer's (docs/math.md): hidden 2-D weights, and conv weights through their (out, in*kh*kw)
 // view, go to the matrix optimizer; 1-D parameters, embeddings and output heads to AdamW (name rules below,
 // which the user can override). The two routes are torch's param groups 0 ("matrix") and 1 ("adamw"), whose
 // options carry lr and weight decay: group.options().set_lr(x) and libtorch's schedulers change them. matopt
@@ -43,30 +45,40 @@ namespace matopt {
 /// group.options().set_lr() and libtorch's schedulers change) and the route its parameters take.
 class TorchGroupOptions : public torch::optim::OptimizerCloneableOptions<TorchGroupOptions> {
  public:
+  /// Options with this lr (default 0.02), weight decay (default 0) and route (default the matrix route).
   explicit TorchGroupOptions(double lr = 0.02, double weight_decay = 0, Route route = Route::Matrix)
       : lr_(lr), weight_decay_(weight_decay), route_(route) {}
+  /// lr() and lr(value): the group's learning rate.
   TORCH_ARG(double, lr);
+  /// weight_decay() and weight_decay(value): the group's weight decay.
   TORCH_ARG(double, weight_decay);
+  /// route() and route(value): the route of the group's parameters.
   TORCH_ARG(Route, route);
 
  public:
+  /// The group's lr (what libtorch's schedulers read).
   double get_lr() const override { return lr(); }
+  /// Sets the group's lr (what libtorch's schedulers call).
   void set_lr(const double lr) override { this->lr(lr); }
 };
 
 /// An explicit param group: named tensors that all take `route`, with their own lr and weight decay
 /// (unset: the route's optimizer's).
 struct TorchParamGroup {
+  /// The group's parameters, by name.
   std::vector<std::pair<std::string, torch::Tensor>> params;
+  /// The route they all take.
   Route route = Route::Matrix;
+  /// The group's lr (unset: the route optimizer's).
   std::optional<double> lr;
+  /// The group's weight decay (unset: the route optimizer's).
   std::optional<double> weight_decay;
 };
 
 /// How TorchOptimizer routes and configures what it is given.
 struct TorchOptions {
   /// The optimizer of the non-matrix route (vectors, embeddings, heads: the route called AdamW): "adamw"
-  /// (matopt::AdamW) or "lion" (matopt::Lion, lion.hpp; variants.md §5).
+  /// (matopt::AdamW) or "lion" (matopt::Lion, lion.hpp; `docs/math.md#lion`).
   std::string vector_optimizer = "adamw";
   /// That route's options, by the facade's keys (e.g. {{"lr", "1e-3"}, {"beta2", "0.999"}}; Lion's are lr,
   /// beta1, beta2, weight_decay); unset keys keep the optimizer's defaults.
@@ -116,8 +128,14 @@ MatrixView<T> torch_view(const Tensor& t) {
 
 }  // namespace detail
 
+/// matopt as a libtorch optimizer: derives from torch::optim::Optimizer, so a program switches to matopt by changing
+/// one line (`matopt::TorchOptimizer opt(model->named_parameters(), "muon", {{"lr", "0.02"}});`). Routing as
+/// HybridOptimizer's: hidden 2-D weights and conv weights (as (out, in*kh*kw)) go to the matrix optimizer; vectors,
+/// embeddings and output heads to AdamW (or Lion). The routes are torch param groups 0 ("matrix") and 1 ("adamw"),
+/// whose options (TorchGroupOptions) carry lr and weight decay. Each tensor's own storage is stepped (zero copy).
 class TorchOptimizer : public torch::optim::Optimizer {
  public:
+  /// A module's named_parameters().
   using NamedParameters = torch::OrderedDict<std::string, torch::Tensor>;
 
   /// From a module's named_parameters(): the matrix route is the preset `preset` with `config` (the
@@ -158,6 +176,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
   Route route(const std::string& name) const {
     return std::visit([&](const auto& h) { return h.route(index(name)); }, hybrid_);
   }
+  /// The lr parameter `name`'s update uses (see route()).
   double effective_lr(const std::string& name) {
     std::size_t i = index(name);
     return std::visit(
@@ -194,6 +213,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
     archive.write("matopt.group_lr", lr);
     archive.write("matopt.group_weight_decay", wd);
   }
+  /// Restores what save() wrote; throws CheckpointError and changes nothing if the archive does not fit.
   void load(torch::serialize::InputArchive& archive) override {
     constexpr const char* where = "matopt::TorchOptimizer::load";
     torch::Tensor blob, lr, wd;

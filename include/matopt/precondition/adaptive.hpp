@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Adaptive: per matrix, a cheap preconditioner while U's Gram matrix is diagonally dominant, the exact one otherwise.
 // Adaptive: per matrix, the cheap preconditioner (RowNormalize, Theta(mn)) while the Gram matrix of its U
 // stays diagonally dominant, and the exact one (Orthogonalize, Theta(mn min(m,n))) when it does not.
 //
-// Why: when P = U U^T is diagonal, (U U^T)^(-1/2) U is exactly row normalization (blog §4), and the RMNP
-// paper's measurements show r_min of P rising above 1 early in training and staying there (blog §4,
-// observation 1). So every `every` steps of a parameter (its first step included) this policy measures
-// r_min of spec §6 on U and uses
+// Why: when P = U U^T is diagonal, (U U^T)^(-1/2) U is exactly row normalization, and the RMNP authors'
+// measurements show r_min of P rising above 1 early in training and staying there (docs/math.md#adaptive-switching).
+// So every `every` steps of a parameter (its first step included) this policy measures r_min
+// (docs/math.md#diagonal-dominance) on U and uses
 //   Cheap  while r_min >= threshold   (default threshold 1: the diagonal outweighs the mean |off-diagonal|)
 //   Exact  otherwise,
 // keeping the choice until the next check. For ColNormalize as the cheap policy the Gram is U^T U.
@@ -30,17 +32,27 @@
 
 namespace matopt {
 
+/// Per matrix, `Cheap` (RowNormalize, Theta(mn)) while the Gram matrix U U^T of its direction stays diagonally
+/// dominant (r_min >= threshold, see diagonal_dominance()), and `Exact` (Orthogonalize, Theta(mn min(m, n))) when it
+/// does not: when U U^T is diagonal, Muon's (U U^T)^(-1/2) U is row normalization. Measured every `every` steps of a
+/// parameter (the first included); the choice holds until the next check. With ColNormalize as Cheap the Gram is
+/// U^T U. Keeps a State per parameter (@ref policy_preconditioner).
 template <class Cheap = RowNormalize, class Exact = Orthogonalize<>>
 struct Adaptive {
+  /// "Adaptive".
   static constexpr const char* name() { return "Adaptive"; }
+  /// "Adaptive<Cheap, Exact>".
   static std::string identity() {
     return std::string("Adaptive<") + detail::policy_identity<Cheap>() + ", " + detail::policy_identity<Exact>() + ">";
   }
 
+  /// The switching rule and both policies' options.
   struct Options {
     double threshold = 1.0;  ///< use Cheap while r_min >= threshold
     int every = 100;         ///< re-check every `every` steps of a parameter
+    /// Cheap's options.
     typename Cheap::Options cheap{};
+    /// Exact's options.
     typename Exact::Options exact{};
   };
 
@@ -51,6 +63,7 @@ struct Adaptive {
     double r_min = 0;            ///< r_min of the last check
     std::int64_t calls = 0;      ///< steps preconditioned
     std::int64_t switches = 0;   ///< changes of choice after the first check
+    /// Every field, for checkpoints: f(name, field).
     template <class F>
     void fields(F&& f) {
       f("exact", exact);
@@ -65,16 +78,23 @@ struct Adaptive {
     }
   };
 
+  /// Both policies' workspaces and the measurement's.
   template <class T>
   struct Workspace {
+    /// Cheap's workspace.
     typename Cheap::template Workspace<T> cheap;
+    /// Exact's workspace.
     typename Exact::template Workspace<T> exact;
+    /// Scratch of the diagonal-dominance measurement.
     DiagonalDominanceWorkspace<T> dominance;
+    /// Bytes held.
     std::size_t bytes() const { return cheap.bytes() + exact.bytes() + dominance.bytes(); }
   };
 
+  /// Whether the dominance is measured on U^T U (Cheap is ColNormalize) rather than on U U^T.
   static constexpr bool column_gram = std::is_same_v<Cheap, ColNormalize>;
 
+  /// Sizes both policies' workspaces and the measurement's for an m x n parameter.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Cheap::reserve(ws.cheap, o.cheap, m, n);
@@ -85,6 +105,7 @@ struct Adaptive {
       ws.dominance.template reserve<T>(m, n);
   }
 
+  /// Throws std::invalid_argument for a negative threshold, every < 1, a bad option of either policy, or row blocks.
   static void validate(const Options& o, std::string_view where) {
     detail::require_nonnegative(where, "adaptive_threshold", o.threshold);
     if (o.every < 1) detail::fail(where, "adaptive_every must be >= 1 (got ", o.every, ")");
@@ -93,12 +114,14 @@ struct Adaptive {
     if constexpr (std::is_base_of_v<RowBlocks, typename Exact::Options>)
       if (o.exact.blocked()) detail::fail(where, "heads / split_sizes: Adaptive steps the whole matrix");
   }
+  /// Keys adaptive_threshold and adaptive_every, then Cheap's and Exact's.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key == "adaptive_threshold") o.threshold = detail::parse_double(key, value);
     else if (key == "adaptive_every") o.every = detail::parse_int(key, value);
     else return Cheap::set_option(o.cheap, key, value) || Exact::set_option(o.exact, key, value);
     return true;
   }
+  /// "adaptive_threshold, adaptive_every", then Cheap's and Exact's keys.
   static std::string option_keys() {
     std::string keys = "adaptive_threshold, adaptive_every";
     for (const std::string& k : {std::string(Cheap::option_keys()), std::string(Exact::option_keys())})
@@ -106,6 +129,7 @@ struct Adaptive {
     return keys;
   }
 
+  /// Calls sink(D) with D from Exact or Cheap, as the state's choice says (measured again on a check step).
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
     const bool exact = choose(s, o, [&] {

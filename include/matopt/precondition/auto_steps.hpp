@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// AutoSteps: Orthogonalize with its Newton–Schulz step count planned per matrix from the momentum's spectrum.
 // AutoSteps: Orthogonalize whose Newton–Schulz step count is re-planned per matrix from the momentum's own
 // spectrum (facade: `muon` with ns_steps=auto).
 //
 // Why: NS maps a normalized singular value s to p_K(s), and directions with s below the schedule's failure
-// threshold come out far from 1 (spec §6). Seed abstract 1 (Magakyan et al.) tracks the singular-value
+// threshold come out far from 1 (docs/math.md#step-planning-and-autosteps). Magakyan, Parrilo and Ozdaglar
+// track the singular-value
 // quantiles of each layer's momentum and finds that they settle after a burn-in at a value set by layer type
 // and model size, so the fewest steps that still orthogonalize the directions that matter can be chosen per
 // layer. Every `plan_every` steps of a parameter (its first step included) this policy measures the quantile
@@ -58,15 +61,22 @@ double normalized_sv_quantile(const UExpr& u, double p) {
 }
 }  // namespace detail
 
+/// Orthogonalize<Method> whose Newton–Schulz step count K is planned per matrix (the facade's `ns_steps=auto`):
+/// every `plan_every` steps of a parameter (the first included) it measures the quantile q at `plan_quantile` of the
+/// singular values of U / ||U||_F and takes the fewest K whose failure threshold lies at or below q (plan_ns_steps(),
+/// at most `plan_max_steps`); K holds until the next check. Host optimizers only (@ref policy_preconditioner).
 template <class Method = NewtonSchulz<>>
 struct AutoSteps {
+  /// The wrapped preconditioner, Orthogonalize<Method>.
   using Inner = Orthogonalize<Method>;
+  /// Orthogonalize's options and the planning rule.
   struct Options : Inner::Options {
     int plan_every = 100;        ///< re-plan every `plan_every` steps of a parameter (the first included)
     double plan_quantile = 0.05;  ///< p of the tracked quantile of sigma(U) / ||U||_F
     double plan_tau = 0.5;       ///< band the tracked direction must reach (NsPlanOptions::tau)
     int plan_max_steps = 10;     ///< the most NS steps a plan may choose
   };
+  /// Orthogonalize's workspace and a copy of the options holding the planned step count.
   template <class T>
   struct Workspace : Inner::template Workspace<T> {
     typename Inner::Options run;  ///< the options with the planned step count (assigned in place: no allocation)
@@ -79,6 +89,7 @@ struct AutoSteps {
     std::int64_t calls = 0;     ///< steps preconditioned
     std::int64_t ns_work = 0;   ///< NS iterations run in all (sum of K over the steps)
     template <class F>
+    /// Every field, for checkpoints: f(name, field).
     void fields(F&& f) {
       f("ns_steps", ns_steps);
       f("quantile", quantile);
@@ -109,15 +120,20 @@ struct AutoSteps {
                    " and ns_steps ", o.schedule.steps, " allow at most ", most);
   }
 
+  /// "AutoSteps".
   static constexpr const char* name() { return "AutoSteps"; }
+  /// "AutoSteps<Orthogonalize<Method>>".
   static std::string identity() { return std::string("AutoSteps<") + detail::policy_identity<Inner>() + ">"; }
 
+  /// Sizes Orthogonalize's workspace for an m x n parameter, and the options' copy.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Inner::reserve(ws, o, m, n);
     ws.run = o;  // sizes the copy's vectors once
   }
 
+  /// Throws std::invalid_argument for a bad Orthogonalize option, row blocks, AOL, ns_steps above max_plan_steps,
+  /// or a planning option out of range.
   static void validate(const Options& o, std::string_view where) {
     Inner::validate(o, where);
     if (o.blocked()) detail::fail(where, "heads / split_sizes: ns_steps=auto plans the whole matrix");
@@ -132,6 +148,7 @@ struct AutoSteps {
     if (o.plan_max_steps < 1 || o.plan_max_steps > max_plan_steps)
       detail::fail(where, "ns_plan_max_steps must be in [1, ", max_plan_steps, "] (got ", o.plan_max_steps, ")");
   }
+  /// Keys ns_plan_every, ns_plan_quantile, ns_plan_tau, ns_plan_max_steps (and ns_steps=auto), then Orthogonalize's.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key == "ns_steps" && value == "auto") return true;  // what this policy is
     if (key == "ns_plan_every") o.plan_every = detail::parse_int(key, value);
@@ -141,6 +158,7 @@ struct AutoSteps {
     else return Inner::set_option(o, key, value);
     return true;
   }
+  /// The planning keys, then Orthogonalize's.
   static std::string option_keys() {
     return "ns_plan_every, ns_plan_quantile, ns_plan_tau, ns_plan_max_steps, " + Inner::option_keys();
   }

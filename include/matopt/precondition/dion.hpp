@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// DionPowerIteration: Dion's low-rank power-iteration step (arXiv 2504.05295) as a stateful preconditioner.
 // DionPowerIteration: Dion's step (arXiv 2504.05295; microsoft/dion dion_reference.py dion_update, one power
-// iteration, Householder QR; ../shared/design/variants.md §9) on one device, as a preconditioner that keeps
+// iteration, Householder QR; docs/math.md#dion) on one device, as a preconditioner that keeps
 // its own momentum M and right factor Q. Compose it with NoMomentum (U = G) and Static<shape::Spectral>
 // (lr sqrt(m/n), decoupled decay): the Dion preset. With B = M when m >= n and B = M^T otherwise (tall, R x C),
 // and rank r:
@@ -31,26 +33,42 @@
 
 namespace matopt {
 
+/// Dion's step (arXiv 2504.05295; microsoft/dion) on one device, as a preconditioner that keeps its own momentum M
+/// and rank-r right factor Q: M <- M + G, one power iteration P = orthonormalize(B Q) (Householder QR), R = B^T P,
+/// error feedback M <- M - (1 - mu) P R^T, Q <- R with normalized columns, D = P Q^T. Compose it with NoMomentum and
+/// Static<shape::Spectral>: the Dion preset. The QR allocates (@ref policy_preconditioner).
 struct DionPowerIteration {
+  /// "DionPowerIteration".
   static constexpr const char* name() { return "DionPowerIteration"; }
 
+  /// Options of the step.
   struct Options {
     double mu = 0.95;             ///< error-feedback momentum (dion `mu`; Optimizer's `momentum` has no effect)
     double rank_fraction = 1.0;   ///< r / min(m, n), before rounding up to rank_multiple_of
+    /// The rank is rounded up to a multiple of this (>= 1; default 1).
     int rank_multiple_of = 1;
     double eps = 1e-8;            ///< column-normalization floor of Q
   };
+  /// Scratch of the step, sized by reserve().
   template <class T>
   struct Workspace {
+    /// Internal scratch: P (R x r), R (C x r), D (m x n).
+    /// @{
     detail::Buffer<T> p, r, d;  ///< P (R x r), R (C x r), D (m x n)
+    /// @}
+    /// Bytes held.
     std::size_t bytes() const { return p.bytes() + r.bytes() + d.bytes(); }
   };
+  /// Per parameter: Dion's momentum M and right factor Q at a rank fixed at make_state (all checkpointed).
   template <class T>
   struct State {
     Eigen::Matrix<T, Eigen::Dynamic, 1> momentum;  ///< M, in W's storage order
     Eigen::Matrix<T, Eigen::Dynamic, 1> q;         ///< Q, min(m, n) x rank, column-major
+    /// The rank r (0 for an empty parameter).
     std::int64_t rank = 0;
+    /// Bytes held.
     std::size_t bytes() const { return std::size_t(momentum.size() + q.size()) * sizeof(T); }
+    /// Every field, for checkpoints: f(name, field).
     template <class F>
     void fields(F&& f) {
       f("rank", rank);
@@ -59,12 +77,14 @@ struct DionPowerIteration {
     }
   };
 
+  /// r = min(ceil(rank_fraction min(m, n) / rank_multiple_of) rank_multiple_of, m, n), at least 1.
   static Index rank(const Options& o, Index m, Index n) {
     const Index k = std::min(m, n), mult = o.rank_multiple_of;
     const Index want = Index(std::ceil(o.rank_fraction * double(k) / double(mult) - 1e-12)) * mult;
     return std::max<Index>(1, std::min({want, m, n}));
   }
 
+  /// Throws std::invalid_argument unless mu is in [0, 1), rank_fraction in (0, 1], rank_multiple_of >= 1, eps > 0.
   static void validate(const Options& o, std::string_view where) {
     detail::require_unit_interval(where, "mu", o.mu);
     if (!(o.rank_fraction > 0 && o.rank_fraction <= 1))
@@ -72,6 +92,7 @@ struct DionPowerIteration {
     if (o.rank_multiple_of < 1) detail::fail(where, "rank_multiple_of must be >= 1 (got ", o.rank_multiple_of, ")");
     detail::require_positive(where, "dion_eps", o.eps);
   }
+  /// Keys mu, rank_fraction, rank_multiple_of and dion_eps.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key == "mu") o.mu = detail::parse_double(key, value);
     else if (key == "rank_fraction") o.rank_fraction = detail::parse_double(key, value);
@@ -80,6 +101,7 @@ struct DionPowerIteration {
     else return false;
     return true;
   }
+  /// "mu, rank_fraction, rank_multiple_of, dion_eps".
   static constexpr const char* option_keys() { return "mu, rank_fraction, rank_multiple_of, dion_eps"; }
 
   /// M = 0 and Q: min(m, n) x rank normal pseudo-random entries (Box-Muller over splitmix64, seeded by the shape).
@@ -106,6 +128,7 @@ struct DionPowerIteration {
                    " and rank_multiple_of ", o.rank_multiple_of, " now give ", rank(o, m, n), " for a ",
                    detail::shape_string(m, n), " parameter");
   }
+  /// Sizes P, R and D for an m x n parameter at the rank these options give.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     const Index r = rank(o, m, n);

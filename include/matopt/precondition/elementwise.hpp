@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The element-wise preconditioners (spec §2.4): Identity (SGD with momentum, D = U) and Sign (D = sign(U),
+/// @file
+/// The element-wise preconditioners Identity (D = U) and Sign (D = sign(U)).
+// The element-wise preconditioners (docs/math.md): Identity (SGD with momentum, D = U) and Sign (D = sign(U),
 // sign(0) = 0). With these, RowNormalize and ColNormalize, methods such as SRON, SCALE or SinkGD are a few
-// lines of user code (docs/policies.md shows them).
+// lines of user code (docs/extending.md shows them).
 
 #include <string_view>
 
@@ -26,16 +28,22 @@ struct StatelessPreconditioner {
 };
 }  // namespace detail
 
+/// D = U: SGD with momentum. No options, workspace or state (@ref policy_preconditioner).
 struct Identity : detail::StatelessPreconditioner {
+  /// "Identity".
   static constexpr const char* name() { return "Identity"; }
+  /// Calls sink(U).
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
     sink(u);
   }
 };
 
+/// D = sign(U), with sign(0) = 0 (signSGD / signum). No options, workspace or state.
 struct Sign : detail::StatelessPreconditioner {
+  /// "Sign".
   static constexpr const char* name() { return "Sign"; }
+  /// Calls sink(sign(U)).
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
     sink(u.cwiseSign());

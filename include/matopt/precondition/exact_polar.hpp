@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Exact polar factor U V^T of the SVD U S V^T (spec §2.1): the reference Newton–Schulz approximates, and
+/// @file
+/// ExactPolar: the exact polar factor by SVD, the reference that Newton–Schulz approximates.
+// Exact polar factor U V^T of the SVD U S V^T (docs/math.md): the reference Newton–Schulz approximates, and
 // an option for small matrices. Singular values at or below max(r, s) * eps(T) * s_max map to 0, as they do
 // under Newton–Schulz (p(0) = 0), so rank-deficient inputs give the partial isometry on their range.
 // The SVD allocates; use it where that is acceptable.
@@ -15,28 +17,43 @@
 
 namespace matopt {
 
+/// The exact polar factor U V^T of the SVD U S V^T, an orthogonalization method of Orthogonalize
+/// (Orthogonalize<ExactPolar>: PolarGrad's). Singular values at or below max(r, s) eps(T) s_max map to 0, as under
+/// Newton–Schulz. The SVD allocates: meant for small matrices and as a reference (@ref policy_method).
 struct ExactPolar {
+  /// "ExactPolar".
   static constexpr const char* name() { return "ExactPolar"; }
 
+  /// No options.
   struct Options {};
 
+  /// Scratch: the input and the result.
   template <class T>
   struct Workspace {
+    /// Internal: the input X and the result.
+    /// @{
     detail::Buffer<T> x, y;
+    /// @}
+    /// Bytes held.
     std::size_t bytes() const { return x.bytes() + y.bytes(); }
+    /// Where Orthogonalize writes the r x s input (in storage order Order).
     template <int Order>
     Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> input(Index rows, Index cols) {
       return x.template matrix<Order>(rows, cols);
     }
   };
 
+  /// No options: nothing to check.
   static void validate(const Options&, std::string_view) {}
+  /// Sizes the workspace for r x s inputs.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options&, Index r, Index s) {
     ws.x.reserve(r * s);
     ws.y.reserve(r * s);
   }
+  /// No keys: always false.
   static bool set_option(Options&, std::string_view, std::string_view) { return false; }
+  /// "" (no keys).
   static constexpr const char* option_keys() { return ""; }
 
   /// The r x s input in the workspace, read in storage order Order; the result in the same order.

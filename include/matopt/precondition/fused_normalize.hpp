@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: one-pass kernels of a whole RowNormalize / ColNormalize step (namespace detail only).
 // One-pass kernels for a whole normalization step (RowNormalize / ColNormalize with Static scaling):
 // momentum, normalization, decoupled weight decay and the update, reading G, V, W and writing V, W once
 // (20 bytes per fp32 element when the normalized vectors are contiguous).

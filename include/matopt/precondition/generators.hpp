@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Run-time generators of Newton–Schulz schedules (spec §2.1):
+/// @file
+/// Run-time generators of Newton–Schulz schedules: Polar Express (arXiv 2505.16932) and CANS cubics.
+// Run-time generators of Newton–Schulz schedules (docs/math.md#schedule-generators):
 //  - Polar Express `optimal_composition` (Amsel, Persson, Musco, Gower, arXiv 2505.16932): per step the
 //    odd quintic that best approximates 1 on the current interval (Remez exchange on 4 equioscillation
 //    points), composed greedily.
@@ -16,6 +18,8 @@
 #include "matopt/precondition/schedule.hpp"
 
 namespace matopt {
+/// Polar Express (Amsel, Persson, Musco, Gower, arXiv 2505.16932): per step the odd quintic that best approximates
+/// 1 on the current interval of singular values, composed greedily.
 namespace polar_express {
 
 /// The odd quintic p(x) = a x + b x^3 + c x^5 minimizing max |1 - p| on [l, u], 0 < l <= u.
@@ -47,7 +51,7 @@ inline NsCoefficients optimal_quintic(double l, double u) {
   return p;
 }
 
-/// Polar Express schedule of `steps` quintics for singular values in [l, 1] (spec §2.1): per step the
+/// Polar Express schedule of `steps` quintics for singular values in [l, 1] (docs/math.md): per step the
 /// optimal quintic on [max(l, cushion u), u], rescaled by 2 / (p(l) + p(u)) when cushion u > l; all but the
 /// last divided by (sf, sf^3, sf^5), sf = 1 + safety; then l <- p(l), u <- 2 - l. The returned schedule
 /// normalizes by (1 + safety) ||X||_F + 1e-6, as the reference does.
@@ -77,6 +81,8 @@ inline NsSchedule optimal_composition(double l, int steps, double safety = 0.02,
 
 }  // namespace polar_express
 
+/// CANS: Newton–Schulz schedules of odd cubics, each the best approximation of 1 on the current interval
+/// (Chebyshev alternation, closed form).
 namespace cans {
 
 /// The odd cubic best approximating 1 on [l, u] (CANS): alpha = sqrt(3 / (u^2 + l u + l^2)),

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Newton–Schulz orthogonalization (Muon; KellerJordan/Muon `zeropower_via_newtonschulz5`, spec §2.1).
+/// @file
+/// NewtonSchulz: orthogonalization by a Newton–Schulz iteration (plain or Gram), the method of Muon's Orthogonalize.
+// Newton–Schulz orthogonalization (Muon; KellerJordan/Muon `zeropower_via_newtonschulz5`; docs/math.md).
 // Input X is r x s with r <= s (Orthogonalize transposes tall matrices). X <- X / (safety ||X||_F + eps),
 // then per step A = X X^T, B = b A + c A^2, X <- a X + B X: every singular value goes through
 // p(s) = a s + b s^3 + c s^5.
@@ -30,36 +32,50 @@
 namespace matopt {
 
 /// Which Newton–Schulz algorithm runs.
+/// Which Newton–Schulz algorithm runs: `Plain` (SYRK and GEMM on X, 3 r^2 s + r^3 per step), `Gram` (iterates on
+/// X X^T, Dao-AILab: cheaper when s >> r), or `Auto` (Gram when s >= gram_aspect r, plain otherwise).
 enum class NsVariant { Auto, Plain, Gram };
 
 /// Newton–Schulz with the schedule `Schedule` by default (a tag of matopt::schedules); the schedule is a
 /// run-time value in Options, so a generated one (polar_express::optimal_composition) plugs in too.
 template <class Schedule = schedules::Jordan, NsVariant DefaultVariant = NsVariant::Auto>
 struct NewtonSchulz {
+  /// "NewtonSchulz".
   static constexpr const char* name() { return "NewtonSchulz"; }
 
+  /// Options of the iteration (@ref policy_method).
   struct Options {
+    /// The coefficient schedule, steps and normalization (default: Schedule's; keys ns_schedule, ns_steps, ns_safety,
+    /// ns_eps, ns_aol).
     NsSchedule schedule = Schedule::schedule();
+    /// The algorithm (default DefaultVariant; key ns_variant: auto, plain, gram).
     NsVariant variant = DefaultVariant;
     double gram_aspect = 4.0;        ///< Auto: Gram when s >= gram_aspect * r
     std::vector<int> restarts = {2};  ///< Gram: restart after these step counts (Dao-AILab: after step 2)
   };
 
+  /// Scratch of the iteration, sized by reserve().
   template <class T>
   struct Workspace {
+    /// Internal: the iterate X (where the input goes), its update, A = X X^T and B; q, t for Gram only.
+    /// @{
     detail::Buffer<T> x, y, a, b, q, t;  // q, t: Gram only
+    /// @}
+    /// Bytes held.
     std::size_t bytes() const { return x.bytes() + y.bytes() + a.bytes() + b.bytes() + q.bytes() + t.bytes(); }
     /// Where the caller writes the input (rows * cols elements, in storage order Order).
     template <int Order>
     detail::DenseMap<T, Order> input(Index rows, Index cols) { return x.template matrix<Order>(rows, cols); }
   };
 
+  /// Throws std::invalid_argument for an invalid schedule, gram_aspect < 1 or a restart step < 1.
   static void validate(const Options& o, std::string_view where) {
     o.schedule.validate(where);
     if (!(o.gram_aspect >= 1)) detail::fail(where, "gram_aspect must be >= 1 (got ", o.gram_aspect, ")");
     for (int k : o.restarts)
       if (k < 1) detail::fail(where, "Gram NS restart steps must be >= 1 (got ", k, ")");
   }
+  /// Keys ns_variant and gram_aspect, then the schedule's (ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol).
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key == "ns_variant") {
       if (value == "auto") o.variant = NsVariant::Auto;
@@ -74,6 +90,7 @@ struct NewtonSchulz {
     }
     return detail::set_schedule_option(o.schedule, key, value);
   }
+  /// "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect".
   static constexpr const char* option_keys() {
     return "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect";
   }
@@ -91,6 +108,7 @@ struct NewtonSchulz {
     }
   }
 
+  /// Whether an r x s input (r <= s) runs the Gram algorithm under these options.
   static bool uses_gram(const Options& o, Index r, Index s) {
     return o.variant == NsVariant::Gram || (o.variant == NsVariant::Auto && double(s) >= o.gram_aspect * double(r));
   }

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The Newton–Schulz iteration as one algorithm for every backend (spec §2.1; cost model in
+/// @file
+/// Internal: the Newton–Schulz iteration written once for every backend (namespace detail only).
+// The Newton–Schulz iteration as one algorithm for every backend (docs/math.md#newton-schulz-iteration; cost model in
 // newton_schulz.hpp). A backend supplies an engine with the dense operations on its matrix handles
 // (column-major on device; either storage order, one per run, on the host); the Eigen path
 // (NewtonSchulz::run, engine detail::HostEngine), the Thrust backend and the CUDA backend (cuBLAS, also

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// NuclearScaled: PolarGrad's direction, the polar factor scaled by the nuclear norm (arXiv 2505.21799).
 // NuclearScaled<Inner>: PolarGrad's step direction (arXiv 2505.21799; timlautk/polargrad PolarGrad.step,
-// polar_first = false; ../shared/design/variants.md §7):
+// polar_first = false; docs/math.md#polargrad):
 //   D = Inner(U) (a polar factor),  nu = sum(U . D) = tr(D^T U),  D' = nu D
 // With the exact polar factor (Orthogonalize<ExactPolar>, the PolarGrad preset) nu is the nuclear norm
 // ||U||_*, so D' = ||U||_* polar(U); with a Newton-Schulz schedule nu is NVIDIA Emerging-Optimizers'
@@ -15,23 +17,34 @@
 
 namespace matopt {
 
+/// PolarGrad's direction (arXiv 2505.21799): D = Inner(U) (a polar factor), nu = tr(D^T U), D' = nu D. With the
+/// exact polar factor (Orthogonalize<ExactPolar>, the PolarGrad preset) nu is the nuclear norm ||U||_*; a zero U
+/// gives D' = 0. Inner's options and workspace; no state (@ref policy_preconditioner).
 template <class Inner>
 struct NuclearScaled {
+  /// Inner's options.
   using Options = typename Inner::Options;
+  /// Inner's workspace.
   template <class T>
   using Workspace = typename Inner::template Workspace<T>;
 
+  /// "NuclearScaled".
   static constexpr const char* name() { return "NuclearScaled"; }
+  /// "NuclearScaled<Inner>".
   static std::string identity() { return std::string("NuclearScaled<") + detail::policy_identity<Inner>() + ">"; }
 
+  /// Inner's reserve().
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Inner::reserve(ws, o, m, n);
   }
+  /// Inner's validate().
   static void validate(const Options& o, std::string_view where) { Inner::validate(o, where); }
+  /// Inner's set_option().
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     return Inner::set_option(o, key, value);
   }
+  /// Inner's keys.
   static std::string option_keys() { return Inner::option_keys(); }
 
   /// Calls sink(nu D) with D = Inner(U). U is read again after Inner: it must be the momentum's expression

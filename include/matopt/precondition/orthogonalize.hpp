@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Orthogonalize: D = polar factor of U (Muon, spec §2.1), computed by `Method` (NewtonSchulz<Schedule>,
+/// @file
+/// Orthogonalize: D = the polar factor of U (Muon), by Newton–Schulz or an exact SVD, optionally per row block.
+// Orthogonalize: D = polar factor of U (Muon; docs/math.md), computed by `Method` (NewtonSchulz<Schedule>,
 // GramNewtonSchulz<Schedule> or ExactPolar), which works on r x s with r = min(m, n) <= s. U is copied into
 // the workspace in its own storage order (a straight copy) and that memory is read as X = U (wide) or
 // X = U^T (tall), which is the same memory in the opposite order; D comes back as a view of the workspace in
@@ -16,13 +18,21 @@
 
 namespace matopt {
 
+/// D = polar(U), the orthogonalized direction of Muon (KellerJordan/Muon), computed by `Method` on r x s with
+/// r = min(m, n) <= s; a tall U is read transposed, at no copy. With RowBlocks options (heads, split_sizes), each
+/// block of rows is orthogonalized on its own (@ref policy_preconditioner).
+/// @tparam Method NewtonSchulz<Schedule> (default), GramNewtonSchulz or ExactPolar (@ref policy_method).
 template <class Method = NewtonSchulz<>>
 struct Orthogonalize {
+  /// The method's options and the row blocks (heads, split_sizes, split_groups).
   struct Options : Method::Options, RowBlocks {};
+  /// The method's workspace.
   template <class T>
   using Workspace = typename Method::template Workspace<T>;
 
+  /// "Orthogonalize".
   static constexpr const char* name() { return "Orthogonalize"; }
+  /// "Orthogonalize<Method>".
   static std::string identity() { return std::string("Orthogonalize<") + Method::name() + ">"; }
 
   /// Optimizer steps each block of rows (RowBlocks: per-head, split QKV) through apply() on its own.
@@ -39,13 +49,16 @@ struct Orthogonalize {
       });
   }
 
+  /// Validates the method's options and the row blocks.
   static void validate(const Options& o, std::string_view where) {
     Method::validate(o, where);
     o.RowBlocks::validate(where);
   }
+  /// Row-block keys first, then the method's.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     return o.RowBlocks::set_option(key, value) || Method::set_option(o, key, value);
   }
+  /// The method's keys, then "heads, split_sizes, split_groups".
   static std::string option_keys() {
     const std::string method = Method::option_keys();
     return method.empty() ? std::string(RowBlocks::option_keys()) : method + ", " + RowBlocks::option_keys();

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Structure-aware orthogonalization (issue 20; ../shared/design/variants.md §11): a weight whose rows are
+/// @file
+/// RowBlocks: per-head and split-QKV orthogonalization, a weight's rows stepped as several matrices.
+// Structure-aware orthogonalization (docs/math.md#row-blocks-per-head-and-split-qkv): a weight whose rows are
 // several matrices is orthogonalized block by block, each block scaled by its own shape.
 //   heads = H:          W of (H hd) x d is H blocks of hd rows (the heads of a q, k or v projection; dion
 //                       `num_heads`), each block's step that of an hd x d matrix.
@@ -27,16 +29,26 @@ namespace matopt {
 /// The rows of one block: `groups` runs of `rows` consecutive rows, run k starting at row first + k * stride.
 /// An index list for Eigen's indexed views (size() and operator[]): W's block is w(set, Eigen::all).
 struct RowSet {
+  /// First row of run 0; rows per run; distance between runs' starts; number of runs.
+  /// @{
   Index first = 0, rows = 0, stride = 0, groups = 1;
+  /// @}
+  /// Number of rows in the set, rows * groups.
   Index size() const { return rows * groups; }
+  /// The i-th row index of the set (i < size()).
   Index operator[](Index i) const { return groups == 1 ? first + i : first + (i / rows) * stride + i % rows; }
 };
 
+/// Options that split W's rows into blocks, each orthogonalized and scaled as a matrix of its own shape (base of
+/// Orthogonalize's options): `heads` equal blocks (the heads of a q, k or v projection), or contiguous blocks of
+/// `split_sizes` rows (packed QKV), or with `split_groups` = G, Megatron's interleaved QKV (block i is slice i of
+/// every one of G groups). The momentum stays one buffer; a stateful preconditioner keeps its state per block.
 struct RowBlocks {
   int heads = 1;                   ///< H equal blocks of rows (1: the whole matrix)
   std::vector<Index> split_sizes;  ///< or explicit block heights (within a group), summing to the group's rows
   int split_groups = 1;            ///< G > 1: split_sizes repeat G times, block i = slice i of every group (Megatron)
 
+  /// Whether the rows are split at all (heads > 1 or split_sizes given).
   bool blocked() const { return heads > 1 || !split_sizes.empty(); }
   /// Whether m rows split as asked.
   bool fits(Index m) const {
@@ -60,6 +72,8 @@ struct RowBlocks {
   /// Rows of the first block (the shape effective_lr reports).
   Index first_rows(Index m) const { return !split_sizes.empty() ? split_sizes.front() * split_groups : m / heads; }
 
+  /// Throws std::invalid_argument for heads < 1, both heads and split_sizes, a split size < 1, split_groups < 1, or
+  /// split_groups without split_sizes.
   void validate(std::string_view where) const {
     if (heads < 1) detail::fail(where, "heads must be >= 1 (got ", heads, ")");
     if (heads > 1 && !split_sizes.empty())
@@ -84,6 +98,7 @@ struct RowBlocks {
     detail::fail(where, "heads = ", heads, " does not divide the rows of W (", detail::shape_string(m, n), ")");
   }
 
+  /// Keys heads, split_sizes (comma-separated, as "512,128,128"; "" clears) and split_groups; false for others.
   bool set_option(std::string_view key, std::string_view value) {
     if (key == "heads") {
       heads = detail::parse_int(key, value);
@@ -102,6 +117,7 @@ struct RowBlocks {
     }
     return true;
   }
+  /// "heads, split_sizes, split_groups".
   static constexpr const char* option_keys() { return "heads, split_sizes, split_groups"; }
 
  private:

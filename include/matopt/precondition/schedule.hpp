@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Newton–Schulz coefficient schedules (spec §2.1) and their scalar response.
+/// @file
+/// Newton–Schulz coefficient schedules (NsSchedule) and the published ones (namespace schedules).
+// Newton–Schulz coefficient schedules (docs/math.md#coefficient-schedules) and their scalar response.
 // Each step maps every singular value s of the normalized X through p_k(s) = a_k s + b_k s^3 + c_k s^5.
 
 #include <cmath>
@@ -13,7 +15,10 @@ namespace matopt {
 
 /// Coefficients (a, b, c) of one step: X <- a X + (b A + c A^2) X with A = X X^T.
 struct NsCoefficients {
+  /// The step's coefficients: X <- a X + (b A + c A^2) X.
+  /// @{
   double a = 0, b = 0, c = 0;
+  /// @}
   /// The step's scalar map p(s) = a s + b s^3 + c s^5.
   double operator()(double s) const {
     const double s2 = s * s;
@@ -23,16 +28,22 @@ struct NsCoefficients {
 
 /// A run-time schedule: step k uses coefficients[min(k, size-1)] (the last entry repeats, as in the
 /// Polar Express reference), for `steps` steps, after X <- X / (safety * ||X||_F + eps); with `aol`, after
-/// Turbo-Muon's AOL row scaling instead (arXiv 2512.04632; ../shared/design/variants.md §6): A = X X^T,
+/// Turbo-Muon's AOL row scaling instead (arXiv 2512.04632; `docs/math.md#aol-start-turbo-muon`): A = X X^T,
 /// d_i = 1 / sqrt(max(sum_j |A_ij|, eps)), X <- diag(d) X and A <- diag(d) A diag(d), which the first step
 /// reuses (`safety` is not used then). Every singular value of diag(d) X is at most 1 (AOL, arXiv 2208.03160).
 struct NsSchedule {
+  /// Coefficients per step; the last one repeats (at least one entry).
   std::vector<NsCoefficients> coefficients;
+  /// Number of steps, >= 1 (key ns_steps).
   int steps = 5;
+  /// X is divided by safety ||X||_F + eps first; > 0 (key ns_safety; not used under `aol`).
   double safety = 1.0;
+  /// The eps of that normalization (of the AOL row sums under `aol`), >= 0 (key ns_eps).
   double eps = 1e-7;
+  /// Turbo-Muon's AOL row scaling instead of the Frobenius normalization (key ns_aol).
   bool aol = false;
 
+  /// Coefficients of step k (0-based): coefficients[min(k, size - 1)].
   const NsCoefficients& at(int k) const {
     const auto last = static_cast<int>(coefficients.size()) - 1;
     return coefficients[static_cast<std::size_t>(k < last ? k : last)];
@@ -46,6 +57,7 @@ struct NsSchedule {
     return sigma;
   }
 
+  /// Throws std::invalid_argument for no coefficients, steps < 1, non-finite coefficients, safety <= 0 or eps < 0.
   void validate(std::string_view where) const {
     if (coefficients.empty()) detail::fail(where, "NS schedule has no coefficients");
     if (steps < 1) detail::fail(where, "NS steps must be >= 1 (got ", steps, ")");
@@ -57,18 +69,22 @@ struct NsSchedule {
   }
 };
 
-/// The published schedules (spec §2.1). Each tag's `schedule()` returns a fresh NsSchedule.
+/// The published schedules (`docs/math.md#coefficient-schedules`). Each tag's `schedule()` returns a fresh NsSchedule.
 namespace schedules {
 
 /// KellerJordan/Muon `zeropower_via_newtonschulz5`: (3.4445, -4.7750, 2.0315) for 5 steps.
 struct Jordan {
+  /// The schedule's name (schedules::by_name, the facade's ns_schedule).
   static constexpr const char* name = "jordan";
+  /// The schedule: 5 steps, safety 1, eps 1e-7.
   static NsSchedule schedule() { return {{{3.4445, -4.7750, 2.0315}}, 5, 1.0, 1e-7}; }
 };
 
 /// Jiacheng You's per-step coefficients (via the PolarExpress repository).
 struct You {
+  /// The schedule's name (schedules::by_name, the facade's ns_schedule).
   static constexpr const char* name = "you";
+  /// The schedule: five per-step quintics, safety 1, eps 1e-7.
   static NsSchedule schedule() {
     return {{{4.0848, -6.8946, 2.9270},
              {3.9505, -6.3029, 2.6377},
@@ -83,7 +99,9 @@ struct You {
 /// 2025-11-11_TurboMuon): AOL preconditioning and the last four of You's steps ("drop the first iteration"),
 /// eps 1e-6 on the row sums (the Muon wrapper's value).
 struct Turbo {
+  /// The schedule's name (schedules::by_name, the facade's ns_schedule).
   static constexpr const char* name = "turbo";
+  /// The schedule: four quintics with AOL, eps 1e-6.
   static NsSchedule schedule() {
     return {{{3.9505, -6.3029, 2.6377}, {3.7418, -5.5913, 2.3037}, {2.8769, -3.1427, 1.2046}, {2.8366, -3.0525, 1.2012}},
             4, 1.0, 1e-6, true};
@@ -93,7 +111,9 @@ struct Turbo {
 /// Polar Express 5-step schedule (arXiv 2505.16932) as used by modded-nanogpt and OrScale; equal to
 /// `polar_express::optimal_composition(1e-3, 5, 0.02, 0.02)`. Input divided by 1.02 ||X||_F + 1e-6.
 struct PolarExpress {
+  /// The schedule's name (schedules::by_name, the facade's ns_schedule).
   static constexpr const char* name = "polar_express";
+  /// The schedule: five quintics, safety 1.02, eps 1e-6.
   static NsSchedule schedule() {
     return {{{8.156554524902461, -22.48329292557795, 15.878769915207462},
              {4.042929935166739, -2.808917465908714, 0.5000178451051316},
@@ -107,13 +127,17 @@ struct PolarExpress {
 /// Classic cubic Newton–Schulz: X <- 1.5 X - 0.5 (X X^T) X. Converges to the polar factor for every
 /// normalized singular value in (0, 1], slowly from small ones.
 struct Cubic {
+  /// The schedule's name (schedules::by_name, the facade's ns_schedule).
   static constexpr const char* name = "cubic";
+  /// The schedule: 5 cubic steps, safety 1, eps 1e-7.
   static NsSchedule schedule() { return {{{1.5, -0.5, 0.0}}, 5, 1.0, 1e-7}; }
 };
 
 /// Quintic Newton–Schulz with p'(1) = p''(1) = 0: (15/8, -10/8, 3/8).
 struct QuinticFixedPoint {
+  /// The schedule's name (schedules::by_name, the facade's ns_schedule).
   static constexpr const char* name = "quintic";
+  /// The schedule: 5 steps, safety 1, eps 1e-7.
   static NsSchedule schedule() { return {{{15.0 / 8, -10.0 / 8, 3.0 / 8}}, 5, 1.0, 1e-7}; }
 };
 

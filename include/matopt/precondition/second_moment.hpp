@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// SecondMoment: a per-parameter second moment of the preconditioned direction (NorMuon, AdaMuon, NAMO).
 // SecondMoment<Inner, Moment>: a second moment of the preconditioned direction, kept per parameter
-// (../shared/design/variants.md §1-3). D = Inner(U) (Inner(sign U) for AdaMuon), then D' = Moment(D):
+// (docs/math.md#second-moments-and-scalar-factors). D = Inner(U) (Inner(sign U) for AdaMuon), then D' = Moment(D):
 //   moments::NorMuon (arXiv 2510.05491; zichongli5/NorMuon normuon_update), per row i (output neuron):
 //       S_i <- lerp(S_i, mean_j D_ij^2, 1 - beta2);  D' = D_i / (sqrt(S_i) + eps);  D' <- D' ||D||_F / (||D'||_F + eps)
 //       axis = longer: per row when m >= n, per column otherwise (modded-nanogpt, NVIDIA Emerging-Optimizers).
@@ -33,17 +35,23 @@
 #include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
+/// The second moments of SecondMoment: NorMuon (per row), AdaMuon (per entry) and Namo (one scalar)
+/// (@ref policy_moment).
 namespace moments {
 
 /// Options every moment has: beta2 and the eps added to sqrt(S).
 struct MomentOptions {
+  /// EMA coefficient of S, in [0, 1) (default 0.95; key beta2).
   double beta2 = 0.95;
+  /// Added to sqrt(S), > 0 (default 1e-8; NorMuon's 1e-10; key moment_eps).
   double eps = 1e-8;
 
+  /// Throws std::invalid_argument unless beta2 is in [0, 1) and eps is finite and > 0.
   void validate(std::string_view where) const {
     detail::require_unit_interval(where, "beta2", beta2);
     detail::require_positive(where, "moment_eps", eps);
   }
+  /// Keys beta2 and moment_eps; false for others.
   bool set_option(std::string_view key, std::string_view value) {
     if (key == "beta2") beta2 = detail::parse_double(key, value);
     else if (key == "moment_eps") eps = detail::parse_double(key, value);
@@ -52,15 +60,25 @@ struct MomentOptions {
   }
 };
 
+/// NorMuon (arXiv 2510.05491; zichongli5/NorMuon): per row i of D (output neuron), S_i <- lerp(S_i, mean_j D_ij^2,
+/// 1 - beta2), D'_i = D_i / (sqrt(S_i) + eps), then D' rescaled to ||D||_F. Under Axis::Longer, per column of a wide D.
 struct NorMuon {
+  /// "NorMuon".
   static constexpr const char* name() { return "NorMuon"; }
+  /// U goes to the inner preconditioner as is.
   static constexpr bool sign_input = false;
+  /// Which lines S runs over: `Rows` (the reference) or `Longer` (rows when m >= n, else columns: modded-nanogpt,
+  /// NVIDIA Emerging-Optimizers).
   enum class Axis { Rows, Longer };
+  /// beta2, eps (default 1e-10 here) and the axis (key normuon_axis: rows, longer).
   struct Options : MomentOptions {
+    /// Defaults, with the reference's eps 1e-10.
     Options() { eps = 1e-10; }  // the reference's eps (dion: 1e-8)
     Axis axis = Axis::Rows;     ///< Rows: the reference; Longer: modded-nanogpt / NVIDIA's rule
   };
+  /// Throws std::invalid_argument for a bad beta2 or eps.
   static void validate(const Options& o, std::string_view where) { o.validate(where); }
+  /// Keys beta2, moment_eps and normuon_axis.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key != "normuon_axis") return o.set_option(key, value);
     if (value == "rows") o.axis = Axis::Rows;
@@ -68,9 +86,11 @@ struct NorMuon {
     else detail::fail("matopt options", "option 'normuon_axis': '", value, "' is not an axis (rows, longer)");
     return true;
   }
+  /// "beta2, moment_eps, normuon_axis".
   static constexpr const char* option_keys() { return "beta2, moment_eps, normuon_axis"; }
   /// S: one entry per row, or per column under Axis::Longer on a wide matrix (max(m, n) held).
   static Index state_size(Index m, Index n) { return std::max(m, n); }
+  /// Factors per line: max(m, n).
   static Index workspace_size(Index m, Index n) { return std::max(m, n); }
 
   /// Whether S runs over the rows of an m x n D (else over its columns).
@@ -94,6 +114,7 @@ struct NorMuon {
     for (Index i = 0; i < k; ++i) f[i] *= rescale;
   }
 
+  /// Updates S from D's line norms and calls sink(D') (f_data: max(m, n) scratch entries).
   template <class T, class DExpr, class UExpr, class GMat, class Sink>
   static void apply(const DExpr& d, const UExpr&, const GMat&, const Options& o, T* s_data, T* f_data, Sink&& sink) {
     const Index m = d.rows(), n = d.cols();
@@ -108,25 +129,35 @@ struct NorMuon {
   }
 };
 
+/// AdaMuon (arXiv 2507.11005; Chongjie-Si/AdaMuon), element-wise after Newton–Schulz of sign(U):
+/// S <- beta2 S + (1 - beta2) D.D, D' = D / (sqrt(S) + eps), rescaled to RMS `rms`.
 struct AdaMuon {
+  /// "AdaMuon".
   static constexpr const char* name() { return "AdaMuon"; }
   static constexpr bool sign_input = true;  ///< Inner receives sign(U) (AdaMuon v2)
+  /// beta2, eps and the target RMS of D' (key rms_target).
   struct Options : MomentOptions {
     double rms = 0.2;  ///< RMS of D' (AdaMuon's alignment to AdamW's update RMS)
   };
+  /// Throws std::invalid_argument for a bad beta2 or eps, or rms <= 0.
   static void validate(const Options& o, std::string_view where) {
     o.validate(where);
     detail::require_positive(where, "rms_target", o.rms);
   }
+  /// Keys beta2, moment_eps and rms_target.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key != "rms_target") return o.set_option(key, value);
     o.rms = detail::parse_double(key, value);
     return true;
   }
+  /// "beta2, moment_eps, rms_target".
   static constexpr const char* option_keys() { return "beta2, moment_eps, rms_target"; }
+  /// S has an entry per element of W: m n.
   static Index state_size(Index m, Index n) { return m * n; }
+  /// No scratch: 0.
   static Index workspace_size(Index, Index) { return 0; }
 
+  /// Updates S and calls sink(D').
   template <class T, class DExpr, class UExpr, class GMat, class Sink>
   static void apply(const DExpr& d, const UExpr&, const GMat&, const Options& o, T* s_data, T*, Sink&& sink) {
     using Mat = detail::DynamicMatrix<T, detail::layout_of_v<DExpr>>;
@@ -144,16 +175,27 @@ struct AdaMuon {
   }
 };
 
+/// NAMO (arXiv 2602.17080; Emerging-Optimizers moment2_method="namo"): one scalar S <- lerp(S, ||G||_F^2, 1 - beta2),
+/// D' = D ||U||_F / (sqrt(S) + eps).
 struct Namo {
+  /// "NAMO".
   static constexpr const char* name() { return "NAMO"; }
+  /// U goes to the inner preconditioner as is.
   static constexpr bool sign_input = false;
+  /// beta2 and eps.
   using Options = MomentOptions;
+  /// Throws std::invalid_argument for a bad beta2 or eps.
   static void validate(const Options& o, std::string_view where) { o.validate(where); }
+  /// Keys beta2 and moment_eps.
   static bool set_option(Options& o, std::string_view key, std::string_view value) { return o.set_option(key, value); }
+  /// "beta2, moment_eps".
   static constexpr const char* option_keys() { return "beta2, moment_eps"; }
+  /// One scalar: 1.
   static Index state_size(Index, Index) { return 1; }
+  /// No scratch: 0.
   static Index workspace_size(Index, Index) { return 0; }
 
+  /// Updates S from ||G||_F and calls sink(D') (reads U and G).
   template <class T, class DExpr, class UExpr, class GMat, class Sink>
   static void apply(const DExpr& d, const UExpr& u, const GMat& g, const Options& o, T* s, T*, Sink&& sink) {
     sink(d * scale(o, s, detail::robust_norm(g), detail::robust_norm(u)));
@@ -168,19 +210,30 @@ struct Namo {
 
 }  // namespace moments
 
+/// SecondMoment<Inner, Moment>: D = Inner(U) (Inner(sign U) for AdaMuon), then D' = Moment(D) with the moment's
+/// state S kept per parameter (checkpointed); no bias correction, as in the reference codes. With an Orthogonalize
+/// Inner and row blocks (heads, split_sizes), each block has its own S (per-head NorMuon) (@ref policy_preconditioner).
+/// @tparam Inner a stateless preconditioner, e.g. Orthogonalize<>.
+/// @tparam Moment moments::NorMuon, moments::AdaMuon or moments::Namo.
 template <class Inner, class Moment>
 struct SecondMoment {
+  /// Inner's options and the moment's.
   struct Options : Inner::Options {
+    /// The moment's options (beta2, eps, ...).
     typename Moment::Options moment{};
   };
+  /// Inner's workspace and the moment's per-line factors.
   template <class T>
   struct Workspace : Inner::template Workspace<T> {
     detail::Buffer<T> factors;  ///< the moment's per-line factors
   };
+  /// Per parameter: the moment's S.
   template <class T>
   struct State {
     Eigen::Matrix<T, Eigen::Dynamic, 1> second_moment;  ///< S, in W's storage order where it is a matrix
+    /// Bytes held.
     std::size_t bytes() const { return std::size_t(second_moment.size()) * sizeof(T); }
+    /// Every field, for checkpoints: f(name, field).
     template <class F>
     void fields(F&& f) {
       f("second_moment", second_moment);
@@ -197,7 +250,9 @@ struct SecondMoment {
   /// Row blocks when Inner steps them (Orthogonalize): Optimizer calls apply_block for each.
   static constexpr bool splits_rows = detail::splits_rows_v<Inner>;
 
+  /// "SecondMoment".
   static constexpr const char* name() { return "SecondMoment"; }
+  /// "SecondMoment<Inner, Moment>".
   static std::string identity() {
     return std::string("SecondMoment<") + detail::policy_identity<Inner>() + ", " + Moment::name() + ">";
   }
@@ -213,6 +268,7 @@ struct SecondMoment {
     }
     return Moment::state_size(m, n);
   }
+  /// S of state_size(o, m, n) zeros.
   template <class T>
   static void init_state(State<T>& s, const Options& o, Index m, Index n) {
     s.second_moment.setZero(state_size(o, m, n));
@@ -231,6 +287,7 @@ struct SecondMoment {
   }
   /// Entries of S for one block of `rows` rows (the blocks' states lie one after another, in block order).
   static Index block_state_size(Index rows, Index n) { return Moment::state_size(rows, n); }
+  /// Sizes Inner's workspace and the factors for an m x n parameter and its row blocks.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Inner::reserve(ws, o, m, n);
@@ -239,13 +296,16 @@ struct SecondMoment {
       if (o.blocked() && o.fits(m))
         o.for_each(m, [&](const RowSet& b) { ws.factors.reserve(Moment::workspace_size(b.size(), n)); });
   }
+  /// Validates Inner's and the moment's options.
   static void validate(const Options& o, std::string_view where) {
     Inner::validate(o, where);
     Moment::validate(o.moment, where);
   }
+  /// The moment's keys first, then Inner's.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     return Moment::set_option(o.moment, key, value) || Inner::set_option(o, key, value);
   }
+  /// The moment's keys, then Inner's.
   static std::string option_keys() {
     std::string keys = Moment::option_keys();
     const std::string inner = Inner::option_keys();

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// The spectral cap (spec §5; seed abstract 4: "projects out only the first-order growth of the single top
-// singular direction from each update"), as a step modifier wrapping any scaling policy:
+/// @file
+/// SpectralCap: a step modifier that removes the update's first-order growth of W's top singular value.
+// The spectral cap (docs/math.md#spectral-cap; from a report's abstract: "projects out only the first-order
+// growth of the single top singular direction from each update"), as a step modifier wrapping any scaling policy:
 //
 //   (u1, sigma1, v1)  W's top singular triplet, by power iteration warm-started from last step's v1
 //   c = u1^T D v1     for W <- W - eta D the first-order change of sigma1 is -eta c
@@ -9,7 +11,7 @@
 //
 // Every other direction, the rotation of the top direction and a switch of the top direction stay free.
 // Cost per step: 2 power_iterations GEMVs with W (4 mn flops each) and one pass over D for c. The paper
-// was not found in public corpora; this follows the abstract as spec §5 states it.
+// was not found; this follows the abstract (docs/math.md#spectral-cap).
 //
 //   using CappedMuon = matopt::Optimizer<float, matopt::Orthogonalize<>, matopt::Momentum<matopt::Ema,
 //                                        matopt::Nesterov>, matopt::SpectralCap<matopt::Static<>>>;
@@ -28,30 +30,46 @@
 
 namespace matopt {
 
+/// The spectral cap, a step modifier wrapping any scaling policy: it tracks W's top singular triplet (u1, sigma1, v1)
+/// by power iteration warm-started from the last step's v1, and when c = u1^T D v1 < 0 (the step would grow sigma1)
+/// and sigma1 >= threshold, removes c u1 v1^T from D before the wrapped scaling's update. Every other direction stays
+/// free. Cost per step: 2 power_iterations products with W and one pass over D (@ref policy_scaling).
+/// @tparam Inner the wrapped scaling policy (Static<> by default).
 template <class Inner = Static<>>
 struct SpectralCap {
+  /// "SpectralCap".
   static constexpr const char* name() { return "SpectralCap"; }
+  /// "SpectralCap<Inner>".
   static std::string identity() { return std::string("SpectralCap<") + detail::policy_identity<Inner>() + ">"; }
 
+  /// The cap's options and the wrapped policy's.
   struct Options {
+    /// The wrapped policy's options.
     typename Inner::Options inner{};
-    double threshold = 0;          ///< cap only while sigma1 >= threshold (0: always; spec §5 default)
+    double threshold = 0;          ///< cap only while sigma1 >= threshold (0: always, the default)
     int power_iterations = 1;      ///< per step, warm-started from the previous v1
     int initial_iterations = 30;   ///< at a parameter's first step, from a fixed pseudo-random v
   };
 
+  /// Per parameter: the singular-pair estimate, the cap's record and the wrapped policy's state (checkpointed).
   template <class T>
   struct State {
+    /// The wrapped policy's state.
     typename Inner::template State<T> inner{};
+    /// W's top left and right singular vectors (last step's estimate).
+    /// @{
     Eigen::Matrix<T, Eigen::Dynamic, 1> u, v;  ///< W's top left / right singular vectors (last step's estimate)
+    /// @}
     T sigma = T(0);                            ///< W's top singular value estimate, before the last update
     T projection = T(0);                       ///< u1^T D v1 of the last step (its first-order sigma1 change is -eta times it)
     std::int64_t capped = 0;                   ///< steps on which the cap removed a component
     bool warm = false;                         ///< u, v hold an estimate
 
+    /// Bytes held.
     std::size_t bytes() const {
       return static_cast<std::size_t>(u.size() + v.size()) * sizeof(T) + detail::state_bytes(inner);
     }
+    /// Every field, for checkpoints: f(name, field).
     template <class F>
     void fields(F&& f) {
       f("inner", inner);
@@ -72,6 +90,7 @@ struct SpectralCap {
     }
   };
 
+  /// Sizes u (m) and v (n) as zeros, and the wrapped policy's state.
   template <class T>
   static void init_state(State<T>& s, Index m, Index n) {
     s.u.setZero(m);
@@ -79,6 +98,8 @@ struct SpectralCap {
     detail::init_policy_state<Inner>(s.inner, m, n);
   }
 
+  /// Throws std::invalid_argument for threshold < 0, power_iterations or initial_iterations < 1, or a bad inner
+  /// option.
   static void validate(const Options& o, std::string_view where) {
     detail::require_nonnegative(where, "cap_threshold", o.threshold);
     if (o.power_iterations < 1)
@@ -87,6 +108,7 @@ struct SpectralCap {
       detail::fail(where, "cap_initial_iterations must be >= 1 (got ", o.initial_iterations, ")");
     Inner::validate(o.inner, where);
   }
+  /// Keys cap_threshold, cap_power_iterations and cap_initial_iterations, then the wrapped policy's.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key == "cap_threshold") o.threshold = detail::parse_double(key, value);
     else if (key == "cap_power_iterations") o.power_iterations = detail::parse_int(key, value);
@@ -94,12 +116,14 @@ struct SpectralCap {
     else return Inner::set_option(o.inner, key, value);
     return true;
   }
+  /// The cap's keys, then the wrapped policy's.
   static std::string option_keys() {
     std::string keys = "cap_threshold, cap_power_iterations, cap_initial_iterations";
     if (std::string_view(Inner::option_keys()).size() != 0) (keys += ", ") += Inner::option_keys();
     return keys;
   }
 
+  /// The wrapped policy's effective lr.
   template <class T>
   static T effective_lr(const Options& o, const State<T>& s, T lr, Index m, Index n) {
     return Inner::effective_lr(o.inner, s.inner, lr, m, n);

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Static scaling with decoupled weight decay (spec §3.1, §4):
+/// @file
+/// Static scaling: W <- W (1 - lr lambda) - lr s(m, n) D, with a shape rule s and decoupled weight decay.
+// Static scaling with decoupled weight decay (docs/math.md#shape-rules, #weight-decay):
 //   W <- W (1 - lr * lambda) - lr * s(m, n) * D
 // lambda is applied with the unscaled lr (Moonlight convention). The run-time lr rule and the cautious and
 // lr-independent decay forms are step_rules.hpp's.
@@ -16,34 +18,45 @@
 
 namespace matopt {
 
+/// Static scaling with decoupled weight decay: W <- W (1 - lr lambda) - lr s(m, n) D, lambda applied with the
+/// unscaled lr (Moonlight's convention). StepRules choose the lr rule and the decay form at run time
+/// (@ref policy_scaling).
+/// @tparam Rule the shape rule s(m, n) under lr_rule = preset (shape::MuonOriginal by default).
 template <class Rule = shape::MuonOriginal>
 struct Static {
+  /// "Static".
   static constexpr const char* name() { return "Static"; }
 
+  /// The shape rule and the run-time step rules (lr_rule, extra_scale_factor, weight_decay_method).
   struct Options : StepRules {
     Rule rule{};  ///< s(m, n) under lr_rule = preset
   };
   /// Static scaling keeps no per-parameter state.
   template <class T>
   struct State {
+    /// No fields.
     template <class F>
     void fields(F&&) {}
   };
 
+  /// Throws std::invalid_argument for bad step rules, or a shape::Function without a function.
   static void validate(const Options& o, std::string_view where) {
     o.validate(where);
     if constexpr (std::is_same_v<Rule, shape::Function>) {
       if (!o.rule.rule) detail::fail(where, "scaling.rule: shape::Function has no function set");
     }
   }
+  /// The StepRules keys.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     return o.set_option(key, value);
   }
+  /// "lr_rule, extra_scale_factor, weight_decay_method, cautious_weight_decay".
   static constexpr const char* option_keys() { return StepRules::option_keys(); }
 
   /// s(m, n) for an m x n parameter.
   static double factor(const Options& o, Index m, Index n) { return o.factor(o.rule, m, n); }
 
+  /// lr s(m, n).
   template <class T>
   static T effective_lr(const Options& o, const State<T>&, T lr, Index m, Index n) {
     return lr * T(factor(o, m, n));
@@ -52,12 +65,14 @@ struct Static {
   /// The update is W <- keep W - step D (cautious: keep only where D . W >= 0): a fused kernel may apply it
   /// (see Optimizer::step).
   static constexpr bool has_fused_step = true;
+  /// The update as W <- keep W - step D (see coefficients()).
   template <class T>
   struct Coefficients {
     T keep;                 ///< 1 - lr lambda (1 - lambda when the decay is independent of lr)
     T step;                 ///< lr s(m, n)
     bool cautious = false;  ///< decay only the entries where D . W >= 0
   };
+  /// keep, step and cautious for an m x n parameter; throws std::invalid_argument if lr s(m, n) is not finite.
   template <class T>
   static Coefficients<T> coefficients(const Options& o, T lr, T lambda, Index m, Index n) {
     const double s = factor(o, m, n);

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Run-time choices every scaling policy of a matrix preset accepts (issue 20; ../shared/design/variants.md
-// §4, §10): the lr rule s(m, n) and the form of the weight decay.
+/// @file
+/// The run-time lr rule s(m, n) and weight-decay form that every scaling policy of a matrix preset accepts.
+// Run-time choices every scaling policy of a matrix preset accepts (docs/math.md#lr-rules, #weight-decay):
+// the lr rule s(m, n) and the form of the weight decay.
 //
 // lr rules (option `lr_rule`, times `extra_scale_factor`); m = rows = fan-out, n = cols = fan-in:
 //   preset         the preset's own rule (Static<Rule>'s Rule, TrustRatio's Shape)
@@ -11,7 +13,7 @@
 //                                     with extra_scale_factor 0.2: Moonlight, dion "rms_norm"
 //   sqrt_ratio     sqrt(m/n)          dion "spectral_norm" (its default), NVIDIA "unit_rms_norm", Scion
 // The peers' names are not accepted as values: "spectral" means sqrt(max(m, n)) in NVIDIA's code and
-// sqrt(m/n) in dion's (variants.md §10, "name trap").
+// sqrt(m/n) in dion's (docs/math.md#lr-rules).
 //
 // Weight decay (option `weight_decay_method`; `cautious_weight_decay = true` is the same as `cautious`):
 //   decoupled    W <- W (1 - lr lambda) - lr s D                         (AdamW's form; the default)
@@ -32,9 +34,15 @@
 
 namespace matopt {
 
+/// The lr rule s(m, n) (option lr_rule; m = fan-out, n = fan-in): `Preset` (the preset's own rule), `Unit` (1),
+/// `MuonOriginal` (max(1, m/n)^(1/2)), `SqrtMax` (sqrt(max(m, n)); NVIDIA's "spectral"; Moonlight with
+/// extra_scale_factor 0.2), `SqrtRatio` (sqrt(m/n); dion's "spectral_norm", Scion).
 enum class LrRule { Preset, Unit, MuonOriginal, SqrtMax, SqrtRatio };
+/// The weight-decay form (option weight_decay_method): `Decoupled` W <- W (1 - lr lambda) - lr s D (AdamW's, the
+/// default); `Cautious` decays only where D . W >= 0 (arXiv 2510.12402); `Independent` W <- W (1 - lambda) - lr s D.
 enum class WeightDecay { Decoupled, Cautious, Independent };
 
+/// The option value of an lr rule: "preset", "unit", "muon_original", "sqrt_max" or "sqrt_ratio".
 inline const char* lr_rule_name(LrRule r) {
   switch (r) {
     case LrRule::Unit: return "unit";
@@ -44,6 +52,7 @@ inline const char* lr_rule_name(LrRule r) {
     default: return "preset";
   }
 }
+/// The option value of a decay form: "decoupled", "cautious" or "independent".
 inline const char* weight_decay_name(WeightDecay w) {
   switch (w) {
     case WeightDecay::Cautious: return "cautious";
@@ -54,8 +63,10 @@ inline const char* weight_decay_name(WeightDecay w) {
 
 /// The options shared by Static and TrustRatio (their Options derive from it).
 struct StepRules {
+  /// The lr rule (default Preset; key lr_rule).
   LrRule lr_rule = LrRule::Preset;
   double extra_scale_factor = 1.0;  ///< multiplies s(m, n) (NVIDIA's extra_scale_factor)
+  /// The weight-decay form (default Decoupled; keys weight_decay_method, cautious_weight_decay).
   WeightDecay weight_decay_method = WeightDecay::Decoupled;
 
   /// s(m, n): the chosen rule (or `preset(m, n)`) times extra_scale_factor.
@@ -78,11 +89,14 @@ struct StepRules {
   T keep(T lr, T lambda) const {
     return weight_decay_method == WeightDecay::Independent ? T(1) - lambda : T(1) - lr * lambda;
   }
+  /// Whether the decay is cautious.
   bool cautious() const { return weight_decay_method == WeightDecay::Cautious; }
 
+  /// Throws std::invalid_argument unless extra_scale_factor is finite and > 0.
   void validate(std::string_view where) const {
     detail::require_positive(where, "extra_scale_factor", extra_scale_factor);
   }
+  /// Keys lr_rule, extra_scale_factor, weight_decay_method and cautious_weight_decay (a boolean); false for others.
   bool set_option(std::string_view key, std::string_view value) {
     if (key == "lr_rule") {
       if (value == "preset") lr_rule = LrRule::Preset;
@@ -109,6 +123,7 @@ struct StepRules {
     }
     return true;
   }
+  /// "lr_rule, extra_scale_factor, weight_decay_method, cautious_weight_decay".
   static constexpr const char* option_keys() {
     return "lr_rule, extra_scale_factor, weight_decay_method, cautious_weight_decay";
   }

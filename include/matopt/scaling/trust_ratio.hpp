@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Trust-ratio scaling (spec §3.2). Weight decay is coupled here, not decoupled:
+/// @file
+/// TrustRatio scaling: W <- W - lr r (lambda W + s Q), with the trust ratio r of OrScale or LARS.
+// Trust-ratio scaling (docs/math.md#trust-ratio-orscale-lars). Weight decay is coupled here, not decoupled:
 //   D' = lambda W + s(m, n) Q      (Q = preconditioned direction; s = 1 for OrScale, MoonlightRms for -LM)
 //   W <- W - lr * r * D'
 // The lr rule of step_rules.hpp applies to s; its cautious and lr-independent decay forms are refused: they
@@ -24,16 +26,24 @@
 #include "matopt/scaling/step_rules.hpp"
 
 namespace matopt {
+/// Trust ratios of TrustRatio: trust::OrScale and trust::Lars.
 namespace trust {
 
+/// OrScale's ratio (arXiv 2605.07815; NUS-HPC-AI-Lab/OrScale): r = clip(||W||_F / (c ||D'||_F + eps), clip_min,
+/// clip_max), with c = 1, or calibrated at the first step so that r0 = 1 (OrScale-LM).
 struct OrScale {
+  /// "OrScale".
   static constexpr const char* name() { return "OrScale"; }
+  /// Options of the ratio.
   struct Options {
     double clip_min = 0.5;  ///< OrScale: [0.5, 1.5]; OrScale-LM: [0.1, 5.0]
+    /// Upper clip of r, >= clip_min (default 1.5; key clip_max).
     double clip_max = 1.5;
+    /// Added to c ||D'||_F, > 0 (default 1e-6; key trust_eps).
     double eps = 1e-6;
     bool calibrate = false;  ///< OrScale-LM: set c at the first step so that r0 = 1
   };
+  /// Throws std::invalid_argument unless 0 < clip_min <= clip_max and eps > 0.
   static void validate(const Options& o, std::string_view where) {
     detail::require_positive(where, "clip_min", o.clip_min);
     detail::require_positive(where, "clip_max", o.clip_max);
@@ -41,6 +51,7 @@ struct OrScale {
       detail::fail(where, "clip_min must be <= clip_max (got [", o.clip_min, ", ", o.clip_max, "])");
     detail::require_positive(where, "trust_eps", o.eps);
   }
+  /// Keys clip_min, clip_max, trust_eps and calibrate.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key == "clip_min") o.clip_min = detail::parse_double(key, value);
     else if (key == "clip_max") o.clip_max = detail::parse_double(key, value);
@@ -49,39 +60,57 @@ struct OrScale {
     else return false;
     return true;
   }
+  /// "clip_min, clip_max, trust_eps, calibrate".
   static constexpr const char* option_keys() { return "clip_min, clip_max, trust_eps, calibrate"; }
 };
 
+/// LARS's ratio (arXiv 1708.03888): r = eta ||W|| / (||G|| + lambda ||W||), and r = 1 when ||W|| or ||G|| is 0.
 struct Lars {
+  /// "LARS".
   static constexpr const char* name() { return "LARS"; }
+  /// Options of the ratio.
   struct Options {
+    /// eta, > 0 (default 0.001; key trust_coefficient).
     double trust_coefficient = 0.001;
   };
+  /// Throws std::invalid_argument unless trust_coefficient is finite and > 0.
   static void validate(const Options& o, std::string_view where) {
     detail::require_positive(where, "trust_coefficient", o.trust_coefficient);
   }
+  /// Key trust_coefficient.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key != "trust_coefficient") return false;
     o.trust_coefficient = detail::parse_double(key, value);
     return true;
   }
+  /// "trust_coefficient".
   static constexpr const char* option_keys() { return "trust_coefficient"; }
 };
 
 }  // namespace trust
 
+/// Trust-ratio scaling with coupled weight decay: D' = lambda W + s(m, n) Q (Q the preconditioned direction),
+/// W <- W - lr r D', with the ratio r of `Ratio`. The lr rule of StepRules applies to s; only the decoupled decay form
+/// is accepted (the decay is part of D', which r measures) (@ref policy_scaling).
+/// @tparam Ratio trust::OrScale (default) or trust::Lars.
+/// @tparam Shape s(m, n) under lr_rule = preset (shape::Unit by default; shape::MoonlightRms for OrScale-LM).
 template <class Ratio = trust::OrScale, class Shape = shape::Unit>
 struct TrustRatio {
+  /// "TrustRatio".
   static constexpr const char* name() { return "TrustRatio"; }
 
+  /// The ratio's options and the step rules, with the shape rule.
   struct Options : Ratio::Options, StepRules {
     Shape rule{};  ///< s(m, n) multiplying Q under lr_rule = preset
   };
+  /// Per parameter: OrScale's calibration c and the last ratio (checkpointed).
   template <class T>
   struct State {
     T calibration = T(1);  ///< c (OrScale)
+    /// Whether c has been calibrated (OrScale-LM's first step).
     bool calibrated = false;
     T last_ratio = T(1);  ///< r of the most recent step (1 before the first)
+    /// Every field, for checkpoints: f(name, field).
     template <class F>
     void fields(F&& f) {
       f("calibration", calibration);
@@ -97,19 +126,23 @@ struct TrustRatio {
     }
   };
 
+  /// Throws std::invalid_argument for a bad ratio option or step rule, or a decay form other than decoupled.
   static void validate(const Options& o, std::string_view where) {
     Ratio::validate(o, where);
     o.StepRules::validate(where);
     if (o.weight_decay_method != WeightDecay::Decoupled)
       detail::fail(where, "weight_decay_method = ", weight_decay_name(o.weight_decay_method),
                    ": TrustRatio couples the decay into D' = lambda W + s Q, which the trust ratio measures and the "
-                   "step multiplies by lr r (spec §3.2); only the default form applies");
+                   "step multiplies by lr r (OrScale, arXiv 2605.07815); only the default form applies");
   }
+  /// The ratio's keys, then the StepRules keys.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     return Ratio::set_option(o, key, value) || o.StepRules::set_option(key, value);
   }
+  /// The ratio's keys, then the StepRules keys.
   static std::string option_keys() { return std::string(Ratio::option_keys()) + ", " + StepRules::option_keys(); }
 
+  /// s(m, n) under these options.
   static double factor(const Options& o, Index m, Index n) { return o.factor(o.rule, m, n); }
 
   /// lr * r * s, with r from the most recent step.
@@ -121,8 +154,8 @@ struct TrustRatio {
   /// Which norms ratio() reads: ||D'|| (OrScale) or ||G|| (LARS). Every backend computes only those.
   static constexpr bool uses_g_norm = !std::is_same_v<Ratio, trust::OrScale>;
 
-  /// r from ||W||, ||D'|| and ||G|| (spec §3.2), calibrating c at the first step (OrScale-LM) and recording
-  /// r in the state. Shared by every backend.
+  /// r from ||W||, ||D'|| and ||G|| (`docs/math.md#trust-ratio-orscale-lars`), calibrating c at the first
+  /// step (OrScale-LM) and recording r in the state. Shared by every backend.
   template <class T>
   static T ratio(T w_norm, T d_norm, T g_norm, State<T>& st, const Options& o, Index m, Index n, T lambda) {
     T r;
@@ -148,6 +181,7 @@ struct TrustRatio {
     return r;
   }
 
+  /// W <- W - lr r (lambda W + s Q), r measured on this step's norms (ratio()).
   template <class T, class WMat, class DExpr, class GMat>
   static void update(WMat& w, const DExpr& q, const GMat& g, State<T>& st, const Options& o, T lr, T lambda) {
     const Index m = w.rows(), n = w.cols();

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// The binary form of optimizer state inside a checkpoint, and CheckpointError.
 // The binary form of optimizer state (checkpoint.hpp writes the file around it). A state lists its fields
 // with `fields(f)`, calling f(name, field) for each; the Writer appends, the Reader checks and restores:
 //

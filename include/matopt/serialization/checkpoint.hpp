@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// Checkpoints of optimizer state (architecture.md: versioned, checksummed, rejected when truncated or
+/// @file
+/// Checkpoints of optimizer state: versioned, checksummed, all-or-nothing save_checkpoint() and load_checkpoint().
+// Checkpoints of optimizer state (docs/checkpoints.md: versioned, checksummed, rejected when truncated or
 // corrupted with the live state untouched). Any optimizer with per-parameter states (every preset and
 // composition, AdamW), and the hybrid container (optionally with the parameters' values):
 //
@@ -38,6 +40,7 @@
 
 namespace matopt {
 
+/// Version of the checkpoint format this build writes; a file of another version is refused.
 inline constexpr std::uint32_t checkpoint_version = 1;
 
 namespace detail {
@@ -187,10 +190,12 @@ void save_checkpoint(std::ostream& os, const Opt& opt, const std::vector<typenam
   os.write(bytes.data(), std::streamsize(bytes.size()));
   if (!os) throw std::runtime_error("matopt checkpoint: the stream failed while writing");
 }
+/// Writes the states to the file `path` atomically (a temporary file, fsync, rename).
 template <class Opt>
 void save_checkpoint(const std::string& path, const Opt& opt, const std::vector<typename Opt::State>& states) {
   detail::write_file_atomically(path, detail::checkpoint_bytes(opt, states.data(), states.size()));
 }
+/// Writes one parameter's state to the file `path` atomically.
 template <class Opt>
 void save_checkpoint(const std::string& path, const Opt& opt, const typename Opt::State& state) {
   detail::write_file_atomically(path, detail::checkpoint_bytes(opt, &state, 1));
@@ -203,10 +208,12 @@ template <class Opt>
 void load_checkpoint(std::istream& is, const Opt& opt, std::vector<typename Opt::State>& states) {
   detail::restore_checkpoint(detail::read_stream(is), opt, states.data(), states.size());
 }
+/// Restores the states from the file `path` (see the stream overload).
 template <class Opt>
 void load_checkpoint(const std::string& path, const Opt& opt, std::vector<typename Opt::State>& states) {
   detail::restore_checkpoint(detail::read_file(path), opt, states.data(), states.size());
 }
+/// Restores one parameter's state from the file `path` (see the stream overload).
 template <class Opt>
 void load_checkpoint(const std::string& path, const Opt& opt, typename Opt::State& state) {
   detail::restore_checkpoint(detail::read_file(path), opt, &state, 1);

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Batched and BatchScalar: handles that run Newton–Schulz over a batch of same-shape matrices with cuda::Engine.
 // Handles for running the one Newton–Schulz algorithm (precondition/ns_algorithm.hpp) over a batch of
 // same-shape matrices with cuda::Engine: `Batched<T>` (count column-major rows x cols matrices, `stride`
 // elements apart) and its scalar type `BatchScalar<T>` (one value per matrix).
@@ -31,10 +33,16 @@ namespace matopt::cuda {
 /// `count` column-major rows x cols matrices; matrix b starts at data + b * stride (stride >= rows * cols).
 template <class T>
 struct Batched {
+  /// The element type T.
   using value_type = T;
+  /// Device pointer to matrix 0.
   T* data = nullptr;
+  /// Shape of each matrix, number of matrices, and elements between consecutive matrices' starts.
+  /// @{
   Index rows = 0, cols = 0, count = 0, stride = 0;
+  /// @}
 
+  /// Elements of one matrix, rows * cols.
   Index size() const { return rows * cols; }
   /// The strided handle of the matrices (element (i, j) of matrix b: data[b * stride + i + j * rows]).
   matopt::detail::Strided<T> matrix() const { return {data, rows, cols, 1, rows}; }
@@ -54,6 +62,7 @@ class BatchScalar {
     return s;
   }
 
+  /// Whether this is one constant for every matrix.
   bool is_constant() const { return device_ == nullptr; }
   /// The constant (dense products take host scalars); throws std::logic_error for a per-matrix value.
   T constant(const char* where) const {
@@ -70,6 +79,7 @@ class BatchScalar {
     return d > T(0) ? detail::div_rn(num_, d) : T(0);
   }
 
+  /// The product; supported: constant * constant and constant * per-matrix (else std::logic_error).
   friend BatchScalar operator*(const BatchScalar& x, const BatchScalar& y) {
     if (x.is_constant() && y.is_constant()) return constant_of(x.value_ * y.value_);
     const BatchScalar& c = x.is_constant() ? x : y;
@@ -80,6 +90,7 @@ class BatchScalar {
     r.add_ = c.value_ * p.add_;
     return r;
   }
+  /// The sum; supported: constant + constant and per-matrix + constant (else std::logic_error).
   friend BatchScalar operator+(const BatchScalar& x, const BatchScalar& y) {
     if (x.is_constant() && y.is_constant()) return constant_of(x.value_ + y.value_);
     const BatchScalar& c = x.is_constant() ? x : y;
@@ -89,6 +100,7 @@ class BatchScalar {
     r.add_ = p.add_ + c.value_;
     return r;
   }
+  /// The quotient; supported: constant / constant and constant / per-matrix, guarded (x / d = 0 where d <= 0).
   friend BatchScalar operator/(const BatchScalar& x, const BatchScalar& y) {
     if (x.is_constant() && y.is_constant()) return constant_of(x.value_ / y.value_);
     if (!x.is_constant() || y.reciprocal_) unsupported("/");

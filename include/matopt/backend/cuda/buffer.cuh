@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: raw device and pinned host buffers of cuda::Engine's scratch (namespace cuda::detail only).
 // Raw device and pinned host buffers of the CUDA backend's engine scratch: RAII, movable, grow-only.
 // Growing (cudaFree + cudaMalloc) happens only in Engine::reserve / reserve_batched / set_precision, never in
 // a step; growth waits for the device (cudaFree synchronizes), so buffers in flight are never freed early.

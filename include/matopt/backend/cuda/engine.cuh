@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// cuda::Engine: the CUDA engine of DeviceOptimizer and Newton–Schulz (cuBLAS products, fused kernels, FP32/TF32/BF16).
 // cuda::Engine: the CUDA backend's engine for DeviceOptimizer (backend/device_optimizer.hpp) and for the
 // one Newton–Schulz algorithm (precondition/ns_algorithm.hpp). It has ThrustEngine's operations
 // (backend/thrust.hpp) with cuBLAS for the dense products and the kernels of kernels.cuh for the rest, on
@@ -29,7 +31,7 @@
 // gets the result by one cudaMemcpyAsync to pinned memory and one stream synchronization.
 // Vectors (SpectralCap's power iteration): gemv by cublas<t>gemv and the Gram of diagnostics / Adaptive
 // (gram_lower) by cublas<t>syrk, both under CUBLAS_DEFAULT_MATH whatever the Precision (T's own arithmetic;
-// spec §6 asks for at least fp32); u^T D v and D += alpha x y^T by kernels.
+// the diagnostics need at least fp32: docs/math.md#diagonal-dominance); u^T D v and D += alpha x y^T by kernels.
 //
 // Streams: an engine-created stream is a blocking stream (cudaStreamCreate), so it is ordered with the legacy
 // default stream that Thrust's device_vector copies use (DeviceMatrix, to_host): no extra synchronization is
@@ -58,8 +60,11 @@
 namespace matopt::cuda {
 
 /// The arithmetic of the Newton–Schulz products (see the file comment).
+/// `FP32`: cuBLAS FP32 (no TF32); `TF32`: TF32 tensor cores; `BF16`: bf16 operands, fp32 accumulation and outputs.
+/// Float products only: double always runs FP64.
 enum class Precision { FP32, TF32, BF16 };
 
+/// "fp32", "tf32" or "bf16".
 inline const char* precision_name(Precision p) {
   switch (p) {
     case Precision::FP32:
@@ -137,16 +142,27 @@ BlasOperand blas_operand(const Strided<T>& h) {
 /// t: r x r; `count` matrices each).
 template <class T>
 struct NsWorkspace {
+  /// Handles of the iterates (x, y: r x s) and the r x r products (a, b; q, t for Gram).
+  /// @{
   Batched<T> x, y, a, b, q, t;
+  /// @}
 };
 
+/// The CUDA engine of DeviceOptimizer (cuda::Optimizer) and of the Newton–Schulz algorithm: ThrustEngine's operations
+/// with cuBLAS for the dense products (FP32, TF32 or BF16: Precision) and matopt's kernels for the rest, on strided
+/// handles and on Batched handles (strided-batched cuBLAS, orthogonalize_batched). It owns one stream (or uses the
+/// caller's), one cuBLAS handle with its workspace, and device scratch sized by reserve: after that no operation
+/// allocates (one that would need more throws std::logic_error). Operations return when queued, except norm,
+/// all_finite, dot, bilinear and download, which wait for their result. Move-only.
 class Engine {
  public:
+  /// The strided device-matrix handle.
   template <class T>
   using Strided = matopt::detail::Strided<T>;
   /// T for Strided<T> handles, BatchScalar<T> (one value per matrix) for Batched<T> handles.
   template <class M>
   using scalar_t = typename detail::HandleScalar<M>::type;
+  /// "cuda".
   static constexpr const char* name() { return "cuda"; }
 
   /// An engine with its own stream, on the current device.
@@ -154,9 +170,13 @@ class Engine {
   /// An engine on the caller's stream (not destroyed by the engine; 0 is the legacy default stream).
   explicit Engine(cudaStream_t stream, Precision precision = Precision::FP32) { init(stream, false, precision); }
 
+  /// Not copyable (it owns its stream, handle and scratch); movable.
   Engine(const Engine&) = delete;
+  /// Not copyable.
   Engine& operator=(const Engine&) = delete;
+  /// Takes o's stream, handle and scratch (o is left empty).
   Engine(Engine&& o) noexcept { take(o); }
+  /// Releases this engine's resources and takes o's.
   Engine& operator=(Engine&& o) noexcept {
     if (this != &o) {
       release();
@@ -164,10 +184,14 @@ class Engine {
     }
     return *this;
   }
+  /// Destroys the cuBLAS handle, the stream if the engine created it, and the scratch.
   ~Engine() { release(); }
 
+  /// The stream every operation is queued on.
   cudaStream_t stream() const { return stream_; }
+  /// The cuBLAS handle (bound to stream()).
   cublasHandle_t cublas() const { return blas_; }
+  /// The precision of the Newton–Schulz products.
   Precision precision() const { return precision_; }
   /// Changes the precision of the products; BF16 sizes its operand scratch for the shapes reserved so far.
   void set_precision(Precision p) {
@@ -233,6 +257,7 @@ class Engine {
   /// results' handle, matrix b at data + b r s (engine memory, valid until the next batched call). DeviceOptimizer
   /// orthogonalizes row blocks of one shape (heads) this way: each product one strided-batched call for all.
   static constexpr bool has_batched_ns = true;
+  /// Runs the batched Newton–Schulz (see has_batched_ns).
   template <class T, class Options, class Form>
   Strided<T> ns_batched(Index count, Index r, Index s, const Options& o, bool gram, Form&& form) {
     NsWorkspace<T> ws = ns_workspace<T>(count, r, s);
@@ -249,6 +274,7 @@ class Engine {
   void combine(Strided<T> out, T a, Strided<const T> x, T b, Strided<const T> y) {
     axpby(out, a, x, b, y);
   }
+  /// out = x, element-wise.
   template <class T>
   void copy(Strided<const T> x, Strided<T> out) {
     check_float<T>();
@@ -264,6 +290,7 @@ class Engine {
   void update(Strided<T> w, T keep, T step, Strided<const T> d) {
     axpby(w, keep, Strided<const T>(w), -step, d);
   }
+  /// x = s x.
   template <class T>
   void scale(Strided<T> x, T s) {
     check_float<T>();
@@ -289,6 +316,7 @@ class Engine {
     check_float<T>();
     detail::launch_elements(detail::CleanOp<T>{detail::mat(out), detail::mat(g)}, detail::space_of(out), stream_);
   }
+  /// x = sign(x), element-wise (sign(0) = 0).
   template <class T>
   void sign(Strided<T> x) {
     check_float<T>();
@@ -297,6 +325,7 @@ class Engine {
 
   // ---- Reductions (one device-to-host copy of the result, one stream synchronization) --------------------
 
+  /// Whether every entry of x is finite (waits for the result).
   template <class T>
   bool all_finite(Strided<const T> x) {
     check_float<T>();
@@ -329,10 +358,12 @@ class Engine {
       detail::launch_norms(detail::StridedElements<T>{x}, size, 1, psum, psum + chunks, values, values + 1, stream_);
     return fetch(static_cast<const T*>(values));
   }
+  /// The norm of a mutable handle (the same as the const overload).
   template <class T>
   T norm(Strided<T> x) {
     return norm(Strided<const T>(x));
   }
+  /// Whether x has no elements.
   template <class T>
   static bool empty(const Strided<T>& x) {
     return x.size() == 0;
@@ -361,6 +392,7 @@ class Engine {
     detail::launch_row_scales(detail::PlainRows<T>{u}, rows, len, contiguous, row_partials_.as<T>(), T(1), eps, inv,
                               stream_);
   }
+  /// Multiplies row i of x by s[i] (s in device memory).
   template <class T>
   void scale_rows(Strided<T> x, const T* s) {
     check_float<T>();
@@ -483,12 +515,14 @@ class Engine {
     detail::launch_elements(detail::CopyLowerOp<T>{detail::mat(dst), detail::mat(Strided<const T>(src))},
                             detail::space_of(dst), stream_);
   }
+  /// C = C + v I.
   template <class T>
   void add_diagonal(Strided<T>& c, T v) {
     check_float<T>();
     detail::launch_elements(detail::AddDiagonalOp<T>{detail::mat(c), v},
                             detail::Space{detail::index_min(c.rows, c.cols), 1, 1, true}, stream_);
   }
+  /// dst = src.
   template <class T>
   void copy(const Strided<T>& src, Strided<T>& dst) {
     copy(Strided<const T>(src), dst);
@@ -496,17 +530,19 @@ class Engine {
   /// Turbo-Muon's AOL scaling (schedule.hpp; precondition/ns_algorithm.hpp): d = 1 / sqrt(max(row sums of |A|,
   /// eps)) into scratch's first column, then X <- diag(d) X and A <- diag(d) A diag(d). A is symmetric (mirrored).
   static constexpr bool has_aol = true;
+  /// Applies the AOL scaling to x and a (scratch: at least a.rows elements).
   template <class T>
   void aol_scale(Strided<T>& x, Strided<T>& a, Strided<T>& scratch, T eps) {
     aol(x, a, scratch.data, 1, 0, 0, 0, eps);
   }
+  /// The AOL scaling of a batch (eps a constant).
   template <class T>
   void aol_scale(Batched<T>& x, Batched<T>& a, Batched<T>& scratch, const BatchScalar<T>& eps) {
     aol(x.matrix(), a.matrix(), scratch.data, x.count, x.stride, a.stride, scratch.stride, eps.constant("aol_scale"));
   }
 
   /// lower(C) <- A A^T in T's own precision (cublas<t>syrk under CUBLAS_DEFAULT_MATH, never TF32 or BF16): the
-  /// Gram of diagnostics and of Adaptive (spec §6 asks for at least fp32). C column-major.
+  /// Gram of diagnostics and of Adaptive (at least fp32: `docs/math.md#diagonal-dominance`). C column-major.
   template <class T>
   void gram_lower(const Strided<T>& a, Strided<T>& c) {
     check_float<T>();
@@ -610,6 +646,7 @@ class Engine {
                          values, values + x.count, stream_);
     return BatchScalar<T>::per_matrix(values);
   }
+  /// x_b = s_b x_b for each matrix b of the batch.
   template <class T>
   void scale(Batched<T>& x, const BatchScalar<T>& s) {
     check_float<T>();
@@ -621,6 +658,7 @@ class Engine {
       detail::launch_elements(detail::BatchScaleOp<T, BatchScalar<T>>{xm, s}, detail::space_of(x.matrix(), x.count),
                               stream_);
   }
+  /// Whether the batch has no elements.
   template <class T>
   static bool empty(const Batched<T>& x) {
     return x.size() == 0 || x.count == 0;
@@ -681,12 +719,14 @@ class Engine {
                                                   b.data, ldb, b.stride, &be, c.data, m, c.stride, count));
     }
   }
+  /// Copies each matrix's lower triangle onto its upper one.
   template <class T>
   void mirror_lower(Batched<T>& c) {
     check_float<T>();
     if (c.rows == 0 || c.count == 0) return;
     mirror_tiles(c.data, c.rows, c.rows, c.stride, c.count);
   }
+  /// Copies each matrix's lower triangle (diagonal included) from src into dst.
   template <class T>
   void copy_lower(const Batched<T>& src, Batched<T>& dst) {
     check_float<T>();
@@ -694,12 +734,14 @@ class Engine {
                                                    detail::mat(Strided<const T>(src.matrix()), src.stride)},
                             detail::space_of(dst.matrix(), dst.count), stream_);
   }
+  /// C_b = C_b + v I for each matrix b (v a constant).
   template <class T>
   void add_diagonal(Batched<T>& c, const BatchScalar<T>& v) {
     check_float<T>();
     detail::launch_elements(detail::AddDiagonalOp<T>{detail::mat(c.matrix(), c.stride), v.constant("add_diagonal")},
                             detail::Space{detail::index_min(c.rows, c.cols), 1, c.count, true}, stream_);
   }
+  /// dst = src, matrix by matrix.
   template <class T>
   void copy(const Batched<T>& src, Batched<T>& dst) {
     copy_batched(Strided<const T>(src.matrix()), src.stride, dst.matrix(), dst.stride, dst.count);

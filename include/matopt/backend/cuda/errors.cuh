@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 #pragma once
-// CUDA and cuBLAS status codes become exceptions at the host boundary (architecture.md, "Errors and bad
-// input"; style.md, "CUDA status checked at every host boundary"). Every runtime and cuBLAS call of the CUDA
+/// @file
+/// CUDA and cuBLAS failures as matopt::cuda::Error, and the MATOPT_CUDA_CHECK macros that throw it.
+// CUDA and cuBLAS status codes become exceptions at the host boundary (docs/design.md#errors:
+// CUDA status is checked at every host boundary). Every runtime and cuBLAS call of the CUDA
 // backend goes through MATOPT_CUDA_CHECK, every kernel launch through MATOPT_CUDA_CHECK_LAUNCH; a failure
 // throws matopt::cuda::Error naming the file, the line, the call and the status.
 //
@@ -14,14 +16,19 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+/// The CUDA backend: cuda::Engine (cuBLAS Newton–Schulz products, fused kernels), cuda::Optimizer, batched
+/// orthogonalization, and cuda::Error. Include <matopt/backend/cuda.cuh> from CUDA translation units.
 namespace matopt::cuda {
 
 /// A failed CUDA runtime or cuBLAS call. `code()` is the cudaError_t or cublasStatus_t value and
 /// `is_cublas()` says which.
 class Error : public std::runtime_error {
  public:
+  /// An error with message `what` and status `code`, a cublasStatus_t when `cublas`, else a cudaError_t.
   Error(const std::string& what, int code, bool cublas) : std::runtime_error(what), code_(code), cublas_(cublas) {}
+  /// The cudaError_t or cublasStatus_t value.
   int code() const noexcept { return code_; }
+  /// Whether code() is a cublasStatus_t.
   bool is_cublas() const noexcept { return cublas_; }
 
  private:

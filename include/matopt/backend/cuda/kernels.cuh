@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Internal: the CUDA backend's kernels, launched by cuda::Engine (namespace cuda::detail only).
 // The CUDA backend's kernels (launched by cuda::Engine, engine.cuh). Every kernel is a grid-stride loop,
 // so any shape runs with a bounded grid; every reduction has a fixed shape-derived layout (never the
 // device's SM count), so results are bitwise repeatable run to run.

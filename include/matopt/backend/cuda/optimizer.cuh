@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// cuda::Optimizer: any matopt optimizer stepping device matrices with cuda::Engine.
 // cuda::Optimizer<HostOptimizer>: any matopt optimizer (a preset or a composition) stepping device matrices
 // with cuda::Engine. Options, defaults, validation and every scalar rule are the host optimizer's
 // (backend/device_optimizer.hpp); the precision of the Newton–Schulz products is the engine's:
@@ -13,6 +15,8 @@
 
 namespace matopt::cuda {
 
+/// Any matopt optimizer (a preset or a composition) stepping device matrices with cuda::Engine: the host optimizer's
+/// options, defaults, validation and scalar rules; the precision of the Newton–Schulz products is the engine's.
 template <class HostOptimizer>
 using Optimizer = DeviceOptimizer<HostOptimizer, Engine>;
 

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
+/// @file
+/// Orthogonalization of device matrices outside an optimizer, one matrix or a batch (cuda::orthogonalize).
 // Orthogonalization of device matrices outside an optimizer, one matrix or a strided batch of same-shape
 // matrices, with the engine's precision (FP32 / TF32 / BF16) and the engine's own Newton–Schulz workspace:
 //
