@@ -115,6 +115,28 @@ matopt::TorchGroupOptions& group_options(matopt::TorchOptimizer& opt, std::size_
   return static_cast<matopt::TorchGroupOptions&>(opt.param_groups()[g].options());
 }
 
+/// One opt.step() on `net` (constant gradients), each parameter checked against constant_grad_step at its route's
+/// lr and weight decay ([0]: the matrix route's group, [1]: AdamW's); returns each parameter's W before the step and
+/// its update W - W_before, in double, for the caller's checks across steps.
+template <class T>
+std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> step_checked(Net& net, matopt::TorchOptimizer& opt,
+                                                                              const double (&lr)[2],
+                                                                              const double (&wd)[2]) {
+  auto before = snapshot(net);
+  opt.step();
+  std::vector<torch::Tensor> update;
+  std::size_t i = 0;
+  for (const auto& item : net->named_parameters()) {
+    CAPTURE(item.key());
+    const torch::Tensor& b = before[i++];
+    const std::size_t g = opt.route(item.key()) == Route::Matrix ? 0 : 1;
+    CHECK(max_diff(item.value(), constant_grad_step(b, item.value().grad(), opt.route(item.key()), lr[g], wd[g])) <=
+          step_tol<T>(b));
+    update.push_back(item.value().to(torch::kFloat64) - b.to(torch::kFloat64));
+  }
+  return {std::move(before), std::move(update)};
+}
+
 /// A module that holds a given tensor as its "weight": one tensor registered in two modules is a tied weight
 /// (GPT-2's lm_head and wte; a layer applied twice).
 struct TiedImpl : torch::nn::Module {
@@ -531,21 +553,12 @@ TEST_CASE_TEMPLATE("TorchOptimizer: after libtorch's StepLR halves the lr, the n
     const double lr[2] = {group_options(opt, 0).lr(), group_options(opt, 1).lr()};
     if (k >= 2)  // libtorch's StepLR: its first step() is epoch 0 (lr kept), each later one halves
       for (int g = 0; g < 2; ++g) REQUIRE(lr[g] == last_lr[g] / 2);
-    const auto before = snapshot(net);
-    opt.step();
+    const double no_decay[2] = {0, 0};
+    const auto [before, update] = step_checked<T>(net, opt, lr, no_decay);
     schedule.step();
-    std::vector<torch::Tensor> update;
-    std::size_t i = 0;
-    for (const auto& item : net->named_parameters()) {
-      CAPTURE(item.key());
-      const torch::Tensor& b = before[i];
-      const Route route = opt.route(item.key());
-      const double lr_p = lr[route == Route::Matrix ? 0 : 1];
-      CHECK(max_diff(item.value(), constant_grad_step(b, item.value().grad(), route, lr_p, 0)) <= step_tol<T>(b));
-      update.push_back(item.value().to(torch::kFloat64) - b.to(torch::kFloat64));
-      if (k >= 2) CHECK(max_diff(update[i], 0.5 * last[i]) <= step_tol<T>(b));  // x0.5 of the step before
-      ++i;
-    }
+    if (k >= 2)
+      for (std::size_t i = 0; i < update.size(); ++i)  // x0.5 of the step before
+        CHECK(max_diff(update[i], 0.5 * last[i]) <= step_tol<T>(before[i]));
     last = update;
     last_lr[0] = lr[0];
     last_lr[1] = lr[1];
@@ -571,20 +584,15 @@ TEST_CASE_TEMPLATE("TorchOptimizer: weight decay and lr set through a param grou
     }
     const double lr[2] = {group_options(opt, 0).lr(), group_options(opt, 1).lr()};
     const double wd[2] = {group_options(opt, 0).weight_decay(), group_options(opt, 1).weight_decay()};
-    const auto before = snapshot(net);
-    opt.step();
-    std::vector<torch::Tensor> update;
-    std::size_t i = 0;
-    for (const auto& item : net->named_parameters()) {
-      CAPTURE(item.key());
-      const torch::Tensor& b = before[i];
-      const Route route = opt.route(item.key());
-      const std::size_t g = route == Route::Matrix ? 0 : 1;
-      CHECK(max_diff(item.value(), constant_grad_step(b, item.value().grad(), route, lr[g], wd[g])) <= step_tol<T>(b));
-      update.push_back(item.value().to(torch::kFloat64) - b.to(torch::kFloat64));
-      if (k == 1)  // same lr, same direction: the update changed by exactly -lr (wd - 0) W
-        CHECK(max_diff(update[i] - last[i], -lr[g] * wd[g] * b.to(torch::kFloat64)) <= step_tol<T>(b));
-      ++i;
+    const auto [before, update] = step_checked<T>(net, opt, lr, wd);
+    if (k == 1) {  // same lr, same direction: the update changed by exactly -lr (wd - 0) W
+      std::size_t i = 0;
+      for (const auto& item : net->named_parameters()) {
+        CAPTURE(item.key());
+        const std::size_t g = opt.route(item.key()) == Route::Matrix ? 0 : 1;
+        CHECK(max_diff(update[i] - last[i], -lr[g] * wd[g] * before[i].to(torch::kFloat64)) <= step_tol<T>(before[i]));
+        ++i;
+      }
     }
     last = update;
   }
