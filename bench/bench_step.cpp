@@ -5,7 +5,9 @@
 //   BM_Stream/elements             the memory roofline of a normalization step: read 3 arrays, write 2
 //                                  (v = a v + g; w = w - b v), 20 B/element, bytes/s
 //   BM_NS/<schedule>/m/n           Newton–Schulz alone (5 steps), naive FLOP/s (20 r^2 s + 10 r^3)
+//   BM_NS/jordan_bf16/m/n          the same with ns_dtype = bfloat16 (oneDNN; builds with oneDNN only)
 //   BM_Step/<preset>/m/n           one full optimizer step (momentum, preconditioner, update)
+//   BM_Step/muon_bf16/m/n          Muon with ns_dtype = bfloat16 (builds with oneDNN only)
 //   BM_StepBatch/<preset>/count/m/n  `count` same-shape matrices through the batched step
 //   BM_StepHeads/<preset>/heads/m/n  one step orthogonalized per head (heads blocks of m / heads rows)
 //   (presets: muon, moonlight_muon, orscale, rmnp, colnorm, normuon on row-major (muon and normuon also on the GPT
@@ -60,11 +62,12 @@ void BM_Stream(benchmark::State& bs) {
   rate(bs, "bytes", 20.0 * double(n));
 }
 
-template <class Schedule>
+template <class Schedule, matopt::NsDtype Dtype = matopt::NsDtype::Float32>
 void BM_NS(benchmark::State& bs) {
   const Index m = bs.range(0), n = bs.range(1);
   using P = matopt::Orthogonalize<matopt::NewtonSchulz<Schedule>>;
   typename P::Options o;
+  o.dtype = Dtype;
   typename P::template Workspace<float> ws;
   P::reserve(ws, o, m, n);
   const Mat u = Mat::Random(m, n);
@@ -76,10 +79,11 @@ void BM_NS(benchmark::State& bs) {
   rate(bs, "flops", ns_flops(double(m), double(n), o.schedule.steps));
 }
 
-template <class Opt, class M = Mat>
+template <class Opt, class M = Mat, matopt::NsDtype Dtype = matopt::NsDtype::Float32>
 void BM_Step(benchmark::State& bs) {
   const Index m = bs.range(0), n = bs.range(1);
   Opt opt;
+  if constexpr (Dtype != matopt::NsDtype::Float32) opt.options().precondition.dtype = Dtype;
   M w = M::Random(m, n), g = M::Random(m, n);
   auto state = opt.make_state(w);
   for (auto _ : bs) {
@@ -151,6 +155,12 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_NS/jordan", BM_NS<mo::schedules::Jordan>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_NS/polar_express", BM_NS<mo::schedules::PolarExpress>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/muon", BM_Step<mo::Muon<float>>)->Apply(shapes);
+  if (mo::detail::kHasOneDnn) {  // bfloat16 products (docs/performance.md#bfloat16-newton-schulz)
+    constexpr auto bf16 = mo::NsDtype::BFloat16;
+    benchmark::RegisterBenchmark("BM_NS/jordan_bf16", BM_NS<mo::schedules::Jordan, bf16>)->Apply(shapes);
+    benchmark::RegisterBenchmark("BM_Step/muon_bf16", BM_Step<mo::Muon<float>, Mat, bf16>)->Apply(shapes);
+    benchmark::RegisterBenchmark("BM_Step/muon_bf16", BM_Step<mo::Muon<float>, Mat, bf16>)->Apply(gpt_shapes);
+  }
   benchmark::RegisterBenchmark("BM_Step/moonlight_muon", BM_Step<mo::MoonlightMuon<float>>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/orscale", BM_Step<mo::OrScale<float>>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/rmnp", BM_Step<mo::RMNP<float>>)->Apply(shapes);

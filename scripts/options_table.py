@@ -33,6 +33,7 @@ D = {
  "ns_aol": ("boolean; `false` (Turbo `true`)", "AOL row scaling in place of the Frobenius normalization (Turbo-Muon); refused by `muon` with `ns_steps=auto`", "policies.md#newtonschulz"),
  "ns_variant": ("`auto` (default), `plain`, `gram`", "plain or Gram Newton–Schulz; `auto`: Gram when s ≥ `gram_aspect`·r", "policies.md#newtonschulz"),
  "gram_aspect": ("number ≥ 1; 4", "the aspect ratio at which `auto` takes the Gram form", "policies.md#newtonschulz"),
+ "ns_dtype": ("`float32` (default), `bfloat16` (needs oneDNN; host only)", "the precision of the Newton–Schulz products: bfloat16 operands, float accumulation", "math.md#newton-schulz-in-bfloat16"),
  "heads": ("integer ≥ 1; 1", "H equal blocks of rows, each orthogonalized alone (per-head); refused by OrScale and PolarGrad (at `step`) and by `muon` with `ns_steps=auto`", "optimizers.md#row-blocks-heads-and-split_sizes"),
  "split_sizes": ("comma-separated integers; empty", "contiguous blocks of these heights (split QKV); refused as `heads` is", "optimizers.md#row-blocks-heads-and-split_sizes"),
  "split_groups": ("integer ≥ 1; 1", "G interleaved groups of `split_sizes` (Megatron-LM's QKV layout); refused as `heads` is", "optimizers.md#row-blocks-heads-and-split_sizes"),

@@ -78,6 +78,22 @@ TEST_CASE("thrust backend: row blocks that do not fit, or a second moment sized 
   CHECK(os.steps == 0);
 }
 
+TEST_CASE("thrust backend: ns_dtype = bfloat16 is refused by the device optimizer, W and state unchanged") {
+  using Opt = matopt::Muon<float>;
+  thrust::device_vector<float> wbuf(6 * 4, 0.5f), gbuf(6 * 4, 1.0f);
+  const matopt::DeviceMatrixView<float> w{thrust::raw_pointer_cast(wbuf.data()), 6, 4, Layout::RowMajor};
+  const matopt::DeviceMatrixView<const float> gv{thrust::raw_pointer_cast(gbuf.data()), 6, 4, Layout::RowMajor};
+  matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev;
+  auto ds = dev.make_state(w);
+  dev.options().precondition.dtype = matopt::NsDtype::BFloat16;
+  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains("ns_dtype = bfloat16 is the host engine's"),
+                       std::invalid_argument);
+  CHECK_THROWS_WITH_AS(dev.make_state(w), doctest::Contains("set ns_dtype = float32"), std::invalid_argument);
+  CHECK(matopt::to_host(w) == HostMat<float, Eigen::ColMajor>::Constant(6, 4, 0.5f));
+  CHECK(ds.steps == 0);
+  CHECK(std::vector<float>(ds.momentum.begin(), ds.momentum.end()) == std::vector<float>(6 * 4, 0.0f));
+}
+
 TEST_CASE_TEMPLATE("thrust backend: diagonal dominance of a device matrix equals the host's", T, float, double) {
   const double tol = std::is_same_v<T, float> ? 1e-4 : 1e-10;
   for (const auto& shape : std::vector<std::pair<Index, Index>>{{6, 20}, {20, 6}, {1, 5}, {8, 8}}) {

@@ -369,6 +369,29 @@ TEST_CASE("cuda backend: Newton-Schulz in FP32, TF32 and BF16 against the host N
             worst[k], " (tolerance ", ns_tolerance(engines[k].precision()), ")");
 }
 
+TEST_CASE("cuda backend: ns_dtype = bfloat16 runs the call's products in BF16 and restores the engine's precision") {
+  const Index m = 48, n = 80;
+  const Eigen::MatrixXd u = matopt::test::randn(m, n, 17);
+  thrust::device_vector<float> du = to_device<float>(u, 1, Layout::RowMajor), by_option(du.size()),
+                                by_engine(du.size());
+  mc::Engine fp32(mc::Precision::FP32), bf16(mc::Precision::BF16);
+  matopt::NewtonSchulz<>::Options o;
+  o.dtype = matopt::NsDtype::BFloat16;
+  poison(by_option);
+  poison(by_engine);
+  mc::orthogonalize(fp32, raw(du), raw(by_option), m, n, o);
+  CHECK(fp32.precision() == mc::Precision::FP32);
+  mc::orthogonalize(bf16, raw(du), raw(by_engine), m, n);
+  CHECK(from_device(by_option, 0, m, n, Layout::RowMajor) == from_device(by_engine, 0, m, n, Layout::RowMajor));
+  // double has no BF16 path on this engine: refused, nothing written
+  thrust::device_vector<double> d64 = to_device<double>(u, 1, Layout::RowMajor), out64(d64.size());
+  poison(out64);
+  const std::vector<double> before(out64.begin(), out64.end());
+  CHECK_THROWS_WITH_AS(mc::orthogonalize(fp32, raw(d64), raw(out64), m, n, o),
+                       doctest::Contains("ns_dtype = bfloat16 on the CUDA engine takes float"), std::invalid_argument);
+  CHECK(std::vector<double>(out64.begin(), out64.end()) == before);
+}
+
 TEST_CASE("cuda backend: orthogonalize_batched equals a loop of orthogonalize") {
   struct Case {
     Index count, m, n;

@@ -193,6 +193,7 @@ struct DevicePreconditioner<Orthogonalize<NewtonSchulz<Schedule, V>>> {
   using Options = typename Method::Options;
   template <class T>
   static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    check_ns_dtype(o.dtype, "matopt device optimizer");
     const Index r = m < n ? m : n, s = m < n ? n : m;  // Orthogonalize: r x s with r <= s
     grow(ws.x, r * s);
     grow(ws.y, r * s);

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "matopt/core/bf16_engine.hpp"
 #include "matopt/core/engine.hpp"
 #include "matopt/core/errors.hpp"
 #include "matopt/core/norms.hpp"
@@ -35,6 +36,15 @@ namespace matopt {
 /// Which Newton–Schulz algorithm runs: `Plain` (SYRK and GEMM on X, 3 r^2 s + r^3 per step), `Gram` (iterates on
 /// X X^T, Dao-AILab: cheaper when s >> r), or `Auto` (Gram when s >= gram_aspect r, plain otherwise).
 enum class NsVariant { Auto, Plain, Gram };
+
+/// The precision of Newton–Schulz's products (key ns_dtype): `Float32` (default) multiplies in the optimizer's
+/// scalar type; `BFloat16` rounds every product's operands to bfloat16 and accumulates in float, as the peers' GPU
+/// Muons do, through oneDNN on the host (docs/math.md#newton-schulz-in-bfloat16). The iterate and the output keep
+/// the optimizer's scalar type.
+enum class NsDtype { Float32, BFloat16 };
+
+/// "float32" or "bfloat16".
+inline const char* ns_dtype_name(NsDtype d) { return d == NsDtype::BFloat16 ? "bfloat16" : "float32"; }
 
 /// Newton–Schulz with the schedule `Schedule` by default (a tag of matopt::schedules); the schedule is a
 /// run-time value in Options, so a generated one (polar_express::optimal_composition) plugs in too.
@@ -52,6 +62,8 @@ struct NewtonSchulz {
     NsVariant variant = DefaultVariant;
     double gram_aspect = 4.0;        ///< Auto: Gram when s >= gram_aspect * r
     std::vector<int> restarts = {2};  ///< Gram: restart after these step counts (Dao-AILab: after step 2)
+    /// Precision of the products (key ns_dtype: float32, bfloat16; bfloat16 needs a build with oneDNN).
+    NsDtype dtype = NsDtype::Float32;
   };
 
   /// Scratch of the iteration, sized by reserve().
@@ -60,17 +72,24 @@ struct NewtonSchulz {
     /// Internal: the iterate X (where the input goes), its update, A = X X^T and B; q, t for Gram only.
     /// @{
     detail::Buffer<T> x, y, a, b, q, t;  // q, t: Gram only
+    detail::Bf16Scratch bf16;             // ns_dtype = bfloat16 only
     /// @}
     /// Bytes held.
-    std::size_t bytes() const { return x.bytes() + y.bytes() + a.bytes() + b.bytes() + q.bytes() + t.bytes(); }
+    std::size_t bytes() const {
+      return x.bytes() + y.bytes() + a.bytes() + b.bytes() + q.bytes() + t.bytes() + bf16.bytes();
+    }
     /// Where the caller writes the input (rows * cols elements, in storage order Order).
     template <int Order>
     detail::DenseMap<T, Order> input(Index rows, Index cols) { return x.template matrix<Order>(rows, cols); }
   };
 
-  /// Throws std::invalid_argument for an invalid schedule, gram_aspect < 1 or a restart step < 1.
+  /// Throws std::invalid_argument for an invalid schedule, gram_aspect < 1, a restart step < 1, or
+  /// ns_dtype = bfloat16 in a build without oneDNN.
   static void validate(const Options& o, std::string_view where) {
     o.schedule.validate(where);
+    if (o.dtype == NsDtype::BFloat16 && !detail::kHasOneDnn)
+      detail::fail(where, "ns_dtype = bfloat16 needs oneDNN, and matopt was configured without it (Debian: apt-get "
+                          "install libdnnl-dev, then configure again)");
     if (!(o.gram_aspect >= 1)) detail::fail(where, "gram_aspect must be >= 1 (got ", o.gram_aspect, ")");
     for (int k : o.restarts)
       if (k < 1) detail::fail(where, "Gram NS restart steps must be >= 1 (got ", k, ")");
@@ -88,11 +107,17 @@ struct NewtonSchulz {
       o.gram_aspect = detail::parse_double(key, value);
       return true;
     }
+    if (key == "ns_dtype") {
+      if (value == "float32") o.dtype = NsDtype::Float32;
+      else if (value == "bfloat16") o.dtype = NsDtype::BFloat16;
+      else detail::fail("matopt options", "option 'ns_dtype': '", value, "' is not one of float32, bfloat16");
+      return true;
+    }
     return detail::set_schedule_option(o.schedule, key, value);
   }
-  /// "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect".
+  /// "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect, ns_dtype".
   static constexpr const char* option_keys() {
-    return "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect";
+    return "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect, ns_dtype";
   }
 
   /// Sizes the workspace for r x s inputs (r <= s) under these options.
@@ -106,6 +131,7 @@ struct NewtonSchulz {
       ws.q.reserve(r * r);
       ws.t.reserve(r * r);
     }
+    if (o.dtype == NsDtype::BFloat16) ws.bf16.reserve(r * s, r * s);
   }
 
   /// Whether an r x s input (r <= s) runs the Gram algorithm under these options.
@@ -123,6 +149,11 @@ struct NewtonSchulz {
     M x = ws.x.template matrix<Order>(r, s), y = ws.y.template matrix<Order>(r, s);
     M a = ws.a.template matrix<Order>(r, r), b = ws.b.template matrix<Order>(r, r);
     M q = ws.q.template matrix<Order>(k, k), t = ws.t.template matrix<Order>(k, k);
+    if (o.dtype == NsDtype::BFloat16) {
+      ws.bf16.reserve(r * s, r * s);  // no-op once sized (reserve; here for ns_dtype set after make_state)
+      detail::Bf16HostEngine engine(ws.bf16);
+      return detail::NsMatrices<M>{&x, &y, &a, &b, &q, &t}.run(engine, o, gram);
+    }
     detail::HostEngine engine;
     return detail::NsMatrices<M>{&x, &y, &a, &b, &q, &t}.run(engine, o, gram);
   }

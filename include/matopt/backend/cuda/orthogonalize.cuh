@@ -3,7 +3,8 @@
 /// @file
 /// Orthogonalization of device matrices outside an optimizer, one matrix or a batch (cuda::orthogonalize).
 // Orthogonalization of device matrices outside an optimizer, one matrix or a strided batch of same-shape
-// matrices, with the engine's precision (FP32 / TF32 / BF16) and the engine's own Newton–Schulz workspace:
+// matrices, with the engine's precision (FP32 / TF32 / BF16; the option ns_dtype = bfloat16 selects BF16 for the
+// call) and the engine's own Newton–Schulz workspace:
 //
 //   matopt::cuda::Engine e(matopt::cuda::Precision::BF16);
 //   matopt::cuda::orthogonalize_batched(e, u, out, 64, 256, 256);   // Jordan NS5, row-major, 64 matrices
@@ -34,6 +35,9 @@ bool orthogonalize_setup(Engine& e, const T* u, T* out, Index count, Index m, In
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "matopt::cuda::orthogonalize: float or double");
   if (count < 0 || m < 0 || n < 0) matopt::detail::fail(where, "negative count or shape: ", count, " of ", m, "x", n);
   Method::validate(o, where);
+  if (o.dtype == NsDtype::BFloat16 && !std::is_same_v<T, float>)
+    matopt::detail::fail(where, "ns_dtype = bfloat16 on the CUDA engine takes float matrices (double runs the FP64 "
+                                "routines); got double");
   if (count == 0 || m == 0 || n == 0) return false;
   if (u == nullptr || out == nullptr)
     matopt::detail::fail(where, "u and out must be device pointers to ", count, " matrices of ",
@@ -41,6 +45,29 @@ bool orthogonalize_setup(Engine& e, const T* u, T* out, Index count, Index m, In
   e.reserve_batched<T>(count, m, n);
   return true;
 }
+
+/// ns_dtype = bfloat16 runs one call's products in Precision::BF16 (bf16 operands, fp32 accumulation), the
+/// engine's own precision restored after; float32 keeps the engine's precision (FP32 or TF32).
+class NsDtypeScope {
+ public:
+  NsDtypeScope(Engine& e, NsDtype d) : e_(e), saved_(e.precision()) {
+    if (d == NsDtype::BFloat16 && saved_ != Precision::BF16) e_.set_precision(Precision::BF16);
+  }
+  ~NsDtypeScope() {
+    if (e_.precision() != saved_) {
+      try {
+        e_.set_precision(saved_);
+      } catch (...) {  // a failing cuBLAS call in a destructor: the error surfaces at the engine's next call
+      }
+    }
+  }
+  NsDtypeScope(const NsDtypeScope&) = delete;
+  NsDtypeScope& operator=(const NsDtypeScope&) = delete;
+
+ private:
+  Engine& e_;
+  Precision saved_;
+};
 
 }  // namespace detail
 
@@ -50,6 +77,7 @@ template <class Method = NewtonSchulz<>, class T>
 void orthogonalize(Engine& e, const T* u, T* out, Index m, Index n, const typename Method::Options& o = {},
                    Layout layout = Layout::RowMajor) {
   if (!detail::orthogonalize_setup<Method>(e, u, out, 1, m, n, o, "matopt::cuda::orthogonalize")) return;
+  const detail::NsDtypeScope products(e, o.dtype);
   using S = matopt::detail::Strided<T>;
   const bool tall = m > n;
   const Index r = tall ? n : m, s = tall ? m : n;
@@ -68,6 +96,7 @@ template <class Method = NewtonSchulz<>, class T>
 void orthogonalize_batched(Engine& e, const T* u, T* out, Index count, Index m, Index n,
                            const typename Method::Options& o = {}, Layout layout = Layout::RowMajor) {
   if (!detail::orthogonalize_setup<Method>(e, u, out, count, m, n, o, "matopt::cuda::orthogonalize_batched")) return;
+  const detail::NsDtypeScope products(e, o.dtype);
   const bool tall = m > n;
   const Index r = tall ? n : m, s = tall ? m : n;
   NsWorkspace<T> ws = e.ns_workspace<T>(count, r, s);

@@ -1,0 +1,245 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file
+/// Internal: Newton–Schulz products with bfloat16 inputs and float accumulation on the host, through oneDNN
+/// (namespace detail only).
+// `ns_dtype = bfloat16` (docs/math.md#newton-schulz-in-bfloat16): every product of the iteration reads its operands
+// rounded to bfloat16 (round to nearest even) and accumulates and writes in float, as the peers' GPU Muons do
+// (KellerJordan/Muon, torch.optim.Muon); the iterate X, the polynomial's sums and the output stay in the
+// optimizer's scalar type. The products run through oneDNN's matmul primitive (libdnnl, the CPU library libtorch
+// itself uses), which picks AVX512_BF16 or AMX kernels where the CPU has them and emulates elsewhere
+// (docs/performance.md#bfloat16-newton-schulz). A SYRK has no bfloat16 form there: A = X X^T is one full product.
+//
+// oneDNN is found at configure time (CMake MATOPT_ONEDNN, libdnnl-dev on Debian) and exported to every translation
+// unit as the compile definition MATOPT_HAS_ONEDNN; without it `bfloat16` is refused by the option.
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "matopt/core/engine.hpp"
+#include "matopt/core/errors.hpp"
+#include "matopt/core/workspace.hpp"
+
+#if defined(MATOPT_HAS_ONEDNN)
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace matopt::detail {
+
+/// Whether this build has oneDNN (the bfloat16 Newton–Schulz products).
+#if defined(MATOPT_HAS_ONEDNN)
+inline constexpr bool kHasOneDnn = true;
+#else
+inline constexpr bool kHasOneDnn = false;
+#endif
+
+/// x rounded to bfloat16, round to nearest even, as its 16 bits (NaN stays a quiet NaN of the same sign).
+inline std::uint16_t to_bfloat16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+/// x rounded to bfloat16, round to nearest even, in one rounding: x goes to float rounded to odd (the float's last
+/// bit records whether anything was dropped), which then rounds to nearest even exactly as x itself would.
+inline std::uint16_t to_bfloat16(double x) {
+  float f = static_cast<float>(x);
+  if (std::isfinite(f) && static_cast<double>(f) != x) {
+    if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);  // truncate toward zero
+    std::uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    u |= 1u;  // sticky: inexact
+    std::memcpy(&f, &u, sizeof f);
+  }
+  return to_bfloat16(f);
+}
+
+/// The float a bfloat16 stands for.
+inline float from_bfloat16(std::uint16_t b) {
+  const std::uint32_t u = std::uint32_t(b) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+/// Throws std::invalid_argument unless `float32`: called where a device optimizer takes Newton–Schulz options,
+/// before anything changes. The Thrust engine multiplies in the optimizer's scalar type; the CUDA optimizer takes
+/// its products' precision from its engine (cuda::Engine(cuda::Precision::BF16)).
+template <class Dtype>
+void check_ns_dtype(Dtype d, const char* where) {
+  if (d != Dtype::Float32)
+    fail(where, "ns_dtype = bfloat16 is the host engine's (oneDNN); a device optimizer multiplies in its engine's "
+                "precision (Thrust: the scalar type; CUDA: cuda::Engine(cuda::Precision::BF16)): set ns_dtype = "
+                "float32");
+}
+
+/// Scratch of the bfloat16 products: both operands rounded (r s elements each) and a float result (r s) for
+/// products whose result is not written straight into a float C.
+struct Bf16Scratch {
+  Buffer<std::uint16_t> lhs, rhs;
+  Buffer<float> out;
+  void reserve(Index operand, Index result) {
+    lhs.reserve(operand);
+    rhs.reserve(operand);
+    out.reserve(result);
+  }
+  std::size_t bytes() const { return lhs.bytes() + rhs.bytes() + out.bytes(); }
+};
+
+#if defined(MATOPT_HAS_ONEDNN)
+/// oneDNN's CPU engine, one per process, and a stream per thread (a stream is not shared between threads).
+inline dnnl::engine& onednn_engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+inline dnnl::stream& onednn_stream() {
+  thread_local dnnl::stream s(onednn_engine());
+  return s;
+}
+
+/// A matmul primitive for one shape and set of strides, made once per thread and kept (a Newton–Schulz run
+/// repeats the same few products; oneDNN's own cache would still rebuild the descriptors on every call).
+inline dnnl::matmul& onednn_matmul(const std::array<dnnl::memory::dim, 9>& key) {
+  thread_local std::map<std::array<dnnl::memory::dim, 9>, dnnl::matmul> cache;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= 256) cache.clear();  // a bounded set of shapes: a model's matrices
+  using dt = dnnl::memory::data_type;
+  const dnnl::memory::dims m_k{key[0], key[2]}, k_n{key[2], key[1]}, m_n{key[0], key[1]};
+  const dnnl::memory::desc src(m_k, dt::bf16, dnnl::memory::dims{key[3], key[4]});
+  const dnnl::memory::desc wei(k_n, dt::bf16, dnnl::memory::dims{key[5], key[6]});
+  const dnnl::memory::desc dst(m_n, dt::f32, dnnl::memory::dims{key[7], key[8]});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), onednn_engine());
+  return cache.emplace(key, dnnl::matmul(pd)).first->second;
+}
+
+/// A reorder primitive from float to bfloat16 (round to nearest even; oneDNN's JIT kernels, threaded) for one
+/// shape and strides, made once per thread and kept.
+inline dnnl::reorder& onednn_to_bf16(const std::array<dnnl::memory::dim, 4>& key) {
+  thread_local std::map<std::array<dnnl::memory::dim, 4>, dnnl::reorder> cache;
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  if (cache.size() >= 256) cache.clear();
+  using dt = dnnl::memory::data_type;
+  const dnnl::memory::dims dims{key[0], key[1]}, st{key[2], key[3]};
+  const dnnl::memory::desc from(dims, dt::f32, st), to(dims, dt::bf16, st);
+  dnnl::reorder::primitive_desc pd(onednn_engine(), from, onednn_engine(), to);
+  return cache.emplace(key, dnnl::reorder(pd)).first->second;
+}
+#endif
+
+/// The host engine of the Newton–Schulz algorithm (precondition/ns_algorithm.hpp) with bfloat16 products: the
+/// element-wise operations are HostEngine's; syrk_lower and gemm round their operands to bfloat16 and multiply
+/// through oneDNN with float accumulation. M = DenseMap<T, Order>, T float or double.
+class Bf16HostEngine : public HostEngine {
+ public:
+  explicit Bf16HostEngine(Bf16Scratch& scratch) : s_(&scratch) {}
+
+  /// lower(C) <- alpha A A^T + beta lower(C); computed as a full product (C's upper triangle is written too).
+  template <class M>
+  void syrk_lower(typename M::Scalar alpha, const M& a, typename M::Scalar beta, M& c) {
+    round_into(a, s_->lhs);
+    product(alpha, a.rows(), a.cols(), a.rows(), s_->lhs.data(), strides(a), s_->lhs.data(), transposed(strides(a)),
+            beta, c);
+  }
+  /// C <- alpha A B + beta C.
+  template <class M>
+  void gemm(typename M::Scalar alpha, const M& a, const M& b, typename M::Scalar beta, M& c) {
+    round_into(a, s_->lhs);
+    round_into(b, s_->rhs);
+    product(alpha, a.rows(), a.cols(), b.cols(), s_->lhs.data(), strides(a), s_->rhs.data(), strides(b), beta, c);
+  }
+
+ private:
+  using Strides = std::array<Index, 2>;  // (row stride, column stride) in elements
+  template <class M>
+  static Strides strides(const M& x) {
+    return M::IsRowMajor ? Strides{x.outerStride(), 1} : Strides{1, x.outerStride()};
+  }
+  static Strides transposed(Strides s) { return {s[1], s[0]}; }
+  /// The contiguous matrix x rounded to bfloat16 into `to`, element for element in the same storage: float through
+  /// oneDNN's reorder (vectorized for the CPU it runs on, threaded), double here (one rounding, to_bfloat16).
+  template <class M>
+  static void round_into(const M& x, Buffer<std::uint16_t>& to) {
+    std::uint16_t* out = to.data();
+    const typename M::Scalar* in = x.data();
+    const Index n = x.size();
+#if defined(MATOPT_HAS_ONEDNN)
+    if constexpr (std::is_same_v<typename M::Scalar, float>) {
+      if (n == 0) return;  // oneDNN refuses empty memory
+      const Strides st = strides(x);
+      using dt = dnnl::memory::data_type;
+      dnnl::engine& e = onednn_engine();
+      const dnnl::memory::dims dims{x.rows(), x.cols()}, sd{st[0], st[1]};
+      dnnl::memory from({dims, dt::f32, sd}, e, const_cast<float*>(in)), into({dims, dt::bf16, sd}, e, out);
+      onednn_to_bf16({x.rows(), x.cols(), st[0], st[1]}).execute(onednn_stream(), from, into);
+      onednn_stream().wait();
+    } else
+#endif
+    {
+      for (Index i = 0; i < n; ++i) out[i] = to_bfloat16(in[i]);
+    }
+  }
+  /// C (m x n) <- alpha A B + beta C, A m x k and B k x n as bfloat16 with the given strides.
+  template <class M>
+  void product(typename M::Scalar alpha, Index m, Index k, Index n, const std::uint16_t* a, Strides sa,
+               const std::uint16_t* b, Strides sb, typename M::Scalar beta, M& c) {
+    using T = typename M::Scalar;
+    if (m == 0 || n == 0) return;
+    const Strides sc = strides(c);
+    constexpr bool direct_type = std::is_same_v<T, float>;
+    const bool direct = direct_type && alpha == T(1) && beta == T(0);
+    float* out = direct ? reinterpret_cast<float*>(c.data()) : s_->out.data();
+    const Strides so = direct ? sc : Strides{M::IsRowMajor ? n : 1, M::IsRowMajor ? 1 : m};
+    if (k == 0) {
+      for (Index i = 0; i < m * n; ++i) out[i] = 0.0f;
+    } else if (so[0] == 1 && so[1] != 1) {
+      // oneDNN's fast kernels write a row-major result only (a column-major one takes its reference kernel,
+      // thousands of times slower): C^T = B^T A^T, with C^T row-major in the same storage.
+      multiply(n, k, m, b, transposed(sb), a, transposed(sa), out, transposed(so));
+    } else {
+      multiply(m, k, n, a, sa, b, sb, out, so);
+    }
+    if (direct) return;
+    // C <- alpha R + beta C (beta = 0: C not read), R the float result in C's storage order.
+    const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic,
+                                         M::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor>>
+        r(s_->out.data(), m, n);
+    if (beta == T(0))
+      c = alpha * r.template cast<T>();
+    else
+      c = alpha * r.template cast<T>() + beta * c;
+  }
+  /// out (m x n, strides so) <- A B in float, A m x k and B k x n as bfloat16 with the given strides.
+  static void multiply(Index m, Index k, Index n, const std::uint16_t* a, Strides sa, const std::uint16_t* b,
+                       Strides sb, float* out, Strides so) {
+#if defined(MATOPT_HAS_ONEDNN)
+    {
+      dnnl::matmul& mm = onednn_matmul({m, n, k, sa[0], sa[1], sb[0], sb[1], so[0], so[1]});
+      using dt = dnnl::memory::data_type;
+      dnnl::engine& e = onednn_engine();
+      dnnl::memory src({{m, k}, dt::bf16, dnnl::memory::dims{sa[0], sa[1]}}, e, const_cast<std::uint16_t*>(a));
+      dnnl::memory wei({{k, n}, dt::bf16, dnnl::memory::dims{sb[0], sb[1]}}, e, const_cast<std::uint16_t*>(b));
+      dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{so[0], so[1]}}, e, out);
+      mm.execute(onednn_stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+      onednn_stream().wait();
+    }
+#else
+    (void)m, (void)k, (void)n, (void)a, (void)sa, (void)b, (void)sb, (void)out, (void)so;
+    fail("matopt::NewtonSchulz", "ns_dtype = bfloat16 needs oneDNN (libdnnl-dev), and this build has none");
+#endif
+  }
+
+  Bf16Scratch* s_;
+};
+
+}  // namespace matopt::detail
