@@ -7,6 +7,8 @@
 // Under the BLAS engine the threads varied are matopt's (row splits of the fused kernels, the batched step, row
 // blocks stepped in parallel);
 // OpenBLAS's own threads inside its products are not matopt's to choose and are left as configured.
+#include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -128,6 +130,74 @@ TEST_CASE_TEMPLATE("the batched step equals single steps bitwise, for 1, 2 and 3
     for (std::size_t i = 0; i < shapes.size(); ++i) {
       CAPTURE(i);
       CHECK(batched[i] == alone[i]);
+    }
+  }
+}
+
+TEST_CASE_TEMPLATE("HybridOptimizer's one batched call per route equals stepping each parameter alone, for 1, 2 and 3 "
+                   "threads", T, float, double) {
+  // The container steps its matrix-routed parameters in one batched call with each parameter's settings (its
+  // group's lr scale, own lr or weight decay); the reference steps each parameter alone through a copy of the route's
+  // optimizer whose options hold those settings (the container's former path). Step 2 has a NaN in one gradient
+  // under NonFinite::Zero.
+  const std::vector<std::pair<Index, Index>> shapes{{64, 192}, {192, 64}, {96, 96}, {600, 300}, {1, 96}, {96, 1}};
+  struct Setting {
+    std::size_t group;
+    T lr, wd;
+  };
+  const T lr = Muon<T>{}.options().lr, adam_lr = AdamW<T>{}.options().lr;
+  auto run = [&](bool container, int threads) {
+    std::vector<RowMat<T>> w;
+    for (std::size_t i = 0; i < shapes.size(); ++i)
+      w.push_back(randn<RowMat<T>>(shapes[i].first, shapes[i].second, unsigned(7 + i)));
+    with_threads(threads, [&] {
+      HybridOptimizer<T> h{AnyOptimizer<T>(Muon<T>{})};
+      h.options().non_finite = NonFinite::Zero;
+      typename HybridOptimizer<T>::Group half{"half", T(0.5), T(0.1)};
+      const std::size_t g_half = h.add_group(half);
+      const std::size_t g_own = h.add_group({"own", T(1), std::nullopt});
+      h.set_group_lr(g_own, T(0.01));
+      const std::vector<std::size_t> group_of{0, g_half, g_own, g_half, 0, g_own};
+      AnyOptimizer<T> muon{Muon<T>{}}, adamw{AdamW<T>{}};
+      std::vector<typename AnyOptimizer<T>::State> states;
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        h.add("p" + std::to_string(i), view(w[i]), Role::Auto, group_of[i]);
+        const bool matrix = shapes[i].first > 1 && shapes[i].second > 1;
+        states.push_back((matrix ? muon : adamw).make_state(view(std::as_const(w[i]))));
+      }
+      for (unsigned k = 0; k < 2; ++k) {
+        std::vector<RowMat<T>> g;
+        for (std::size_t i = 0; i < shapes.size(); ++i)
+          g.push_back(randn<RowMat<T>>(shapes[i].first, shapes[i].second, unsigned(50 + 10 * k + i)));
+        if (k == 1) g[2](3, 5) = std::numeric_limits<T>::quiet_NaN();
+        std::vector<MatrixView<const T>> gv;
+        for (const auto& x : g) gv.push_back(view(x));
+        if (container) {
+          h.step(gv);
+        } else {
+          for (std::size_t i = 0; i < w.size(); ++i) {
+            const bool matrix = shapes[i].first > 1 && shapes[i].second > 1;
+            AnyOptimizer<T>& opt = matrix ? muon : adamw;
+            const T base = matrix ? lr : adam_lr;
+            const std::size_t grp = group_of[i];
+            opt.set_lr(grp == g_own ? T(0.01) : grp == g_half ? base * T(0.5) : base);
+            opt.set_weight_decay(grp == g_half ? T(0.1) : T(0));
+            opt.set_non_finite(NonFinite::Zero);
+            opt.step(view(w[i]), gv[i], states[i]);
+          }
+        }
+      }
+    });
+    return w;
+  };
+  const auto alone = run(false, 2);
+  for (const int threads : {1, 2, 3}) {
+    CAPTURE(threads);
+    const auto batched = run(true, threads);
+    for (std::size_t i = 0; i < shapes.size(); ++i) {
+      CAPTURE(i);
+      CHECK(batched[i] == alone[i]);
+      CHECK(batched[i].allFinite());
     }
   }
 }

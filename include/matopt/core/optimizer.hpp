@@ -293,10 +293,11 @@ class Optimizer {
       step_map<layout>(detail::step_map<T, layout>(w), detail::step_map<const T, layout>(g.derived()), state);
     } else {
       validate(options_, Defaults::name);
-      const detail::GradAction action = check(w, g, state);
+      const ParamStep<T> k = own_settings();
+      const detail::GradAction action = check(w, g, state, k);
       Preconditioner::reserve(workspace_, options_.precondition, w.rows(), w.cols());
       reserve_block_workspaces(w.rows(), w.cols(), detail::available_threads());
-      run(w, g.derived(), action, state, workspace_);
+      run(w, g.derived(), action, state, workspace_, k);
     }
   }
 
@@ -309,7 +310,23 @@ class Optimizer {
   /// Parameters whose gradient is zeroed, or whose step reports telemetry, run after the parallel part, one
   /// by one.
   void step(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
-            std::vector<State>& states);
+            std::vector<State>& states) {
+    step_batch(params, grads, [&](std::size_t i) -> State& { return states.at(i); }, states.size(), nullptr);
+  }
+  /// The batched step with each parameter's own settings (ParamStep: its lr, weight decay, non-finite policy and,
+  /// when already known, whether its gradient is finite), for containers that step parameters of several groups
+  /// in one call (HybridOptimizer): the options' lr, weight_decay and non_finite are not read, and not changed.
+  /// states[i] points at parameter i's state. Same results as stepping each parameter alone with options
+  /// holding its settings.
+  void step(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
+            const std::vector<State*>& states, const std::vector<ParamStep<T>>& settings) {
+    if (settings.size() != params.size())
+      detail::fail(Defaults::name, "batched step got ", params.size(), " parameters and ", settings.size(),
+                   " settings");
+    for (std::size_t i = 0; i < states.size(); ++i)
+      if (states[i] == nullptr) detail::fail(Defaults::name, "batched step: state ", i, " is null");
+    step_batch(params, grads, [&](std::size_t i) -> State& { return *states[i]; }, states.size(), &settings);
+  }
 
   /// Reports every `t.every`-th step of each parameter to `t.callback` (step_policy.hpp). Off by default.
   void set_telemetry(Telemetry<T> t) { telemetry_ = std::move(t); }
@@ -318,13 +335,7 @@ class Optimizer {
 
   /// The per-parameter learning rate the update actually uses: lr * s(m, n) for Static scaling, lr * r * s
   /// (last step's trust ratio) for TrustRatio.
-  T effective_lr(const State& s) const {
-    Index rows = s.rows;  // per-head / split orthogonalization: the first block's shape
-    if constexpr (detail::splits_rows_v<Preconditioner>)
-      if (options_.precondition.blocked() && options_.precondition.fits(s.rows))
-        rows = options_.precondition.first_rows(s.rows);
-    return Scaling::effective_lr(options_.scaling, s.scaling, options_.lr, rows, s.cols);
-  }
+  T effective_lr(const State& s) const { return effective_lr(s, options_.lr); }
 
   /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest), plus
   /// the per-thread workspaces of the batched step (sized by the largest small parameter).
@@ -363,6 +374,20 @@ class Optimizer {
   State make_state(Index rows, Index cols, Layout layout);
   template <Layout L>
   void step_map(detail::StepMap<T, L> w, detail::StepMap<const T, L> g, State& state);
+  template <class StateAt>
+  void step_batch(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
+                  StateAt&& state_at, std::size_t state_count, const std::vector<ParamStep<T>>* settings);
+
+  /// The settings of a step that uses this optimizer's own options.
+  ParamStep<T> own_settings() const { return {options_.lr, options_.weight_decay, options_.non_finite, std::nullopt}; }
+  /// effective_lr() at the given lr.
+  T effective_lr(const State& s, T lr) const {
+    Index rows = s.rows;  // per-head / split orthogonalization: the first block's shape
+    if constexpr (detail::splits_rows_v<Preconditioner>)
+      if (options_.precondition.blocked() && options_.precondition.fits(s.rows))
+        rows = options_.precondition.first_rows(s.rows);
+    return Scaling::effective_lr(options_.scaling, s.scaling, lr, rows, s.cols);
+  }
 
   /// Whether the batched step runs this parameter in its parallel part, one thread each: an engine that can be
   /// held to the calling thread (a threaded BLAS called from several threads at once oversubscribes the cores:
@@ -422,16 +447,16 @@ class Optimizer {
   /// Shapes, layout and finite values; throws before anything is written. Returns what the step does with
   /// G under the non-finite policy.
   template <class WMat, class GMat>
-  detail::GradAction check(const WMat& w, const GMat& g, const State& state) const {
+  detail::GradAction check(const WMat& w, const GMat& g, const State& state, const ParamStep<T>& k) const {
     constexpr const char* where = Defaults::name;
     check_shapes(w.rows(), w.cols(), detail::layout_of_v<WMat>, g.rows(), g.cols(), state, where);
     check_row_blocks(w.rows(), w.cols());
     if constexpr (detail::has_check_state_v<Preconditioner, decltype(state.precondition), decltype(options_.precondition)>)
       Preconditioner::check_state(state.precondition, options_.precondition, w.rows(), w.cols(), where);
-    detail::check_step_coefficients<Scaling>(options_.scaling, options_.lr, options_.weight_decay, options_.precondition,
+    detail::check_step_coefficients<Scaling>(options_.scaling, k.lr, k.weight_decay, options_.precondition,
                                              w.rows(), w.cols());
-    if (detail::all_finite(g)) return detail::GradAction::Apply;
-    switch (options_.non_finite) {
+    if (k.finite ? *k.finite : detail::all_finite(g)) return detail::GradAction::Apply;
+    switch (k.non_finite) {
       case NonFinite::Skip: return detail::GradAction::Skip;
       case NonFinite::Zero: return detail::GradAction::Zero;
       default:
@@ -447,7 +472,7 @@ class Optimizer {
   /// A checked step: skipped, taken on G with its non-finite entries zeroed, or taken; reporting to the
   /// telemetry callback when due.
   template <class WMat, class GMat>
-  void run(WMat& w, const GMat& g, detail::GradAction action, State& state, Workspace& ws) {
+  void run(WMat& w, const GMat& g, detail::GradAction action, State& state, Workspace& ws, const ParamStep<T>& k) {
     if (action == detail::GradAction::Skip) {
       ++state.skipped;
       return;
@@ -460,19 +485,19 @@ class Optimizer {
       Eigen::Map<detail::DynamicMatrix<T, layout>> clean(clean_.data(), g.rows(), g.cols());
       clean = g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
       run(w, detail::step_map<const T, layout>(clean_.data(), g.rows(), g.cols()), detail::GradAction::Apply, state,
-          ws);
+          ws, k);
       ++state.zeroed;
       return;
     }
     if (telemetry_.due(state.steps + 1))
-      report(w, g, state, ws);
+      report(w, g, state, ws, k);
     else
-      apply(w, g, state, ws);
+      apply(w, g, state, ws, k);
   }
 
   /// apply() with a report: copies W and U first, then calls the telemetry callback.
   template <class WMat, class GMat>
-  void report(WMat& w, const GMat& g, State& state, Workspace& ws) {
+  void report(WMat& w, const GMat& g, State& state, Workspace& ws, const ParamStep<T>& k) {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
     using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
     const Index m = w.rows(), n = w.cols();
@@ -486,7 +511,7 @@ class Optimizer {
     } else {
       u = g;
     }
-    apply(w, g, state, ws);
+    apply(w, g, state, ws, k);
     StepReport<T> r;
     if constexpr (bool(detail::remove_cvref_t<WMat>::Flags & Eigen::DirectAccessBit)) r.param = w.data();
     r.rows = m;
@@ -494,13 +519,13 @@ class Optimizer {
     r.step = state.steps;
     r.direction = MatrixView<const T>{u.data(), m, n, layout};
     r.update_rms = m * n == 0 ? 0.0 : double((w - before).norm()) / std::sqrt(double(m) * double(n));
-    r.effective_lr = double(effective_lr(state));
+    r.effective_lr = double(effective_lr(state, k.lr));
     telemetry_.callback(r);
   }
 
   /// The step itself, on checked arguments, with workspace ws.
   template <class WMat, class GMat>
-  void apply(WMat& w, const GMat& g, State& state, Workspace& ws) {
+  void apply(WMat& w, const GMat& g, State& state, Workspace& ws, const ParamStep<T>& k_step) {
     using WPlain = detail::remove_cvref_t<WMat>;
     constexpr Layout layout = detail::layout_of_v<WPlain>;
     if (w.size() == 0) {
@@ -508,7 +533,7 @@ class Optimizer {
       return;
     }
     const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
-    const T lr = options_.lr, lambda = options_.weight_decay;
+    const T lr = k_step.lr, lambda = k_step.weight_decay;
     if constexpr (fusable<WPlain, GMat>()) {
       // One pass over memory for the whole step (normalization presets; fused_normalize.hpp).
       if (detail::is_contiguous(w) && detail::is_contiguous(g)) {
@@ -520,7 +545,7 @@ class Optimizer {
       }
     }
     if constexpr (detail::splits_rows_v<Preconditioner> && std::is_empty_v<typename Scaling::template State<T>>) {
-      if (options_.precondition.blocked()) return apply_blocks(w, g, state, ws);  // (check_row_blocks: no other)
+      if (options_.precondition.blocked()) return apply_blocks(w, g, state, ws, k_step);  // (check_row_blocks: no other)
     }
     auto update = [&](const auto& d) { Scaling::update(w, d, g, state.scaling, options_.scaling, lr, lambda); };
     auto precondition = [&](const auto& u) {
@@ -547,10 +572,10 @@ class Optimizer {
   /// write disjoint rows of W and disjoint shares of the state: with parallel_blocks, each block runs on one
   /// thread with its own workspace (the products held to that thread), in parallel when threads are offered.
   template <class WMat, class GMat>
-  void apply_blocks(WMat& w, const GMat& g, State& state, Workspace& ws) {
+  void apply_blocks(WMat& w, const GMat& g, State& state, Workspace& ws, const ParamStep<T>& k_step) {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
     const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
-    const T lr = options_.lr, lambda = options_.weight_decay;
+    const T lr = k_step.lr, lambda = k_step.weight_decay;
     Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
                                                    MomentumPolicy::has_buffer ? w.cols() : 0);
     const RowBlocks& blocks = options_.precondition;
@@ -649,40 +674,51 @@ template <class T, class P, class M, class S, class D>
 template <Layout L>
 void Optimizer<T, P, M, S, D>::step_map(detail::StepMap<T, L> w, detail::StepMap<const T, L> g, State& state) {
   validate(options_, D::name);
-  const detail::GradAction action = check(w, g, state);
+  const ParamStep<T> k = own_settings();
+  const detail::GradAction action = check(w, g, state, k);
   P::reserve(workspace_, options_.precondition, w.rows(), w.cols());  // no-op unless another optimizer made state
   reserve_block_workspaces(w.rows(), w.cols(), detail::available_threads());  // likewise
-  run(w, g, action, state, workspace_);
+  run(w, g, action, state, workspace_, k);
 }
 
 template <class T, class P, class M, class S, class D>
-void Optimizer<T, P, M, S, D>::step(const std::vector<MatrixView<T>>& params,
-                                    const std::vector<MatrixView<const T>>& grads, std::vector<State>& states) {
+template <class StateAt>
+void Optimizer<T, P, M, S, D>::step_batch(const std::vector<MatrixView<T>>& params,
+                                          const std::vector<MatrixView<const T>>& grads, StateAt&& state_at,
+                                          std::size_t state_count, const std::vector<ParamStep<T>>* settings) {
   constexpr const char* where = D::name;
-  if (grads.size() != params.size() || states.size() != params.size())
+  if (grads.size() != params.size() || state_count != params.size())
     detail::fail(where, "batched step got ", params.size(), " parameters, ", grads.size(), " gradients and ",
-                 states.size(), " states");
+                 state_count, " states");
   validate(options_, where);
+  const ParamStep<T> own = own_settings();
+  auto settings_of = [&](std::size_t i) -> const ParamStep<T>& { return settings ? (*settings)[i] : own; };
   pending_.assign(params.size(), Pending{});
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (grads[i].layout != params[i].layout && !detail::same_layout(grads[i].layout, params[i].layout,
                                                                      params[i].rows, params[i].cols))
       detail::fail(where, "parameter ", i, ": G is ", detail::layout_name(grads[i].layout), " but W is ",
                    detail::layout_name(params[i].layout));
-    detail::with_step_maps(params[i], grads[i],
-                           [&](const auto& w, const auto& g) { pending_[i].action = check(w, g, states[i]); });
+    if (settings) {
+      detail::require_positive(where, "lr", settings_of(i).lr);
+      detail::require_nonnegative(where, "weight_decay", settings_of(i).weight_decay);
+    }
+    detail::with_step_maps(params[i], grads[i], [&](const auto& w, const auto& g) {
+      pending_[i].action = check(w, g, state_at(i), settings_of(i));
+    });
   }
   const int threads = detail::available_threads();
   for (std::size_t i = 0; i < params.size(); ++i) reserve_workspaces(params[i].rows, params[i].cols, threads);
   auto one = [&](std::size_t i, Workspace& ws) {
-    detail::with_step_maps(params[i], grads[i],
-                           [&](auto& w, const auto& g) { run(w, g, pending_[i].action, states[i], ws); });
+    detail::with_step_maps(params[i], grads[i], [&](auto& w, const auto& g) {
+      run(w, g, pending_[i].action, state_at(i), ws, settings_of(i));
+    });
   };
   // Parallel: small parameters with a plain step. The rest (large, zeroed or reporting) one by one.
   // Decided before anything steps (a step advances the state's count, which telemetry reads).
   for (std::size_t i = 0; i < params.size(); ++i)
     pending_[i].parallel = small(params[i].rows, params[i].cols) &&
-                           pending_[i].action != detail::GradAction::Zero && !telemetry_.due(states[i].steps + 1);
+                           pending_[i].action != detail::GradAction::Zero && !telemetry_.due(state_at(i).steps + 1);
   {
     [[maybe_unused]] const detail::SerialEngineScope serial;
     detail::parallel_for(Index(params.size()), [&](Index i) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string_view>
 
 #include "matopt/core/errors.hpp"
@@ -30,6 +31,17 @@ inline const char* non_finite_name(NonFinite p) {
     default: return "throw";
   }
 }
+
+/// One parameter's settings in a batched step that steps parameters of several groups in one call
+/// (Optimizer::step(params, grads, states, settings); HybridOptimizer): they replace the optimizer's lr,
+/// weight_decay and non_finite options for that parameter, without changing them.
+template <class T>
+struct ParamStep {
+  T lr;                        ///< this step's lr (finite, > 0)
+  T weight_decay;              ///< this step's weight decay (finite, >= 0)
+  NonFinite non_finite;        ///< what a non-finite gradient does
+  std::optional<bool> finite;  ///< whether the gradient is finite, when the caller has scanned it (else scanned)
+};
 
 namespace detail {
 inline NonFinite parse_non_finite(std::string_view key, std::string_view value) {

@@ -15,8 +15,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "matopt/adamw.hpp"
 #include "matopt/lion.hpp"
@@ -38,6 +40,16 @@ template <class Opt, class T>
 inline constexpr bool
     has_telemetry_v<Opt, T, std::void_t<decltype(std::declval<Opt&>().set_telemetry(std::declval<Telemetry<T>>()))>> =
         true;
+/// Whether Opt steps a batch with per-parameter settings (Optimizer::step(params, grads, states, settings)).
+template <class Opt, class T, class = void>
+inline constexpr bool has_param_steps_v = false;
+template <class Opt, class T>
+inline constexpr bool has_param_steps_v<
+    Opt, T,
+    std::void_t<decltype(std::declval<Opt&>().step(std::declval<const std::vector<MatrixView<T>>&>(),
+                                                   std::declval<const std::vector<MatrixView<const T>>&>(),
+                                                   std::declval<const std::vector<typename Opt::State*>&>(),
+                                                   std::declval<const std::vector<ParamStep<T>>&>()))>> = true;
 }  // namespace detail
 
 /// A type-erased optimizer for frameworks configured at run time: wraps any typed optimizer (a preset, a
@@ -140,6 +152,8 @@ class AnyOptimizer {
     virtual std::unique_ptr<Concept> clone() const = 0;
     virtual State make_state(MatrixView<const T> w) = 0;
     virtual void step(MatrixView<T> w, MatrixView<const T> g, State& s) = 0;
+    virtual void step(const std::vector<MatrixView<T>>& w, const std::vector<MatrixView<const T>>& g,
+                      const std::vector<State*>& s, const std::vector<ParamStep<T>>& k) = 0;
     virtual void set(std::string_view key, std::string_view value) = 0;
     virtual T lr() const = 0;
     virtual void set_lr(T) = 0;
@@ -186,6 +200,48 @@ class AnyOptimizer {
                          [&](const auto& gm) { opt.step(wm, gm, st); });
       });
     }
+    void step(const std::vector<MatrixView<T>>& w, const std::vector<MatrixView<const T>>& g,
+              const std::vector<State*>& s, const std::vector<ParamStep<T>>& k) override {
+      constexpr const char* where = "matopt::AnyOptimizer::step";
+      if (g.size() != w.size() || s.size() != w.size() || k.size() != w.size())
+        detail::fail(where, "batched step got ", w.size(), " parameters, ", g.size(), " gradients, ", s.size(),
+                     " states and ", k.size(), " settings");
+      typed_.clear();  // keeps its capacity: no allocation after the first step
+      for (State* p : s) {
+        if (p == nullptr) detail::fail(where, "a state is null");
+        typed_.push_back(&typed(*p));
+      }
+      if constexpr (detail::has_param_steps_v<Opt, T>) {
+        opt.step(w, g, typed_, k);
+      } else {
+        // One at a time (AdamW, Lion): checked first, then each with its settings in the options, restored after.
+        auto& o = opt.options();
+        const auto saved = std::make_tuple(o.lr, o.weight_decay, o.non_finite);
+        struct Restore {
+          decltype(o)& options;
+          decltype(saved)& values;
+          ~Restore() { std::tie(options.lr, options.weight_decay, options.non_finite) = values; }
+        } restore{o, saved};
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          detail::require_positive(where, "lr", k[i].lr);
+          detail::require_nonnegative(where, "weight_decay", k[i].weight_decay);
+          if (!detail::same_layout(w[i].layout, g[i].layout, w[i].rows, w[i].cols) || g[i].rows != w[i].rows ||
+              g[i].cols != w[i].cols)
+            detail::fail(opt.name(), "parameter ", i, ": G is ", detail::shape_string(g[i].rows, g[i].cols), " ",
+                         detail::layout_name(g[i].layout), " but W is ", detail::shape_string(w[i].rows, w[i].cols),
+                         " ", detail::layout_name(w[i].layout));
+        }
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          o.lr = k[i].lr;
+          o.weight_decay = k[i].weight_decay;
+          o.non_finite = k[i].non_finite;
+          detail::with_map(w[i], [&](auto& wm) {
+            detail::with_map(MatrixView<const T>{g[i].data, g[i].rows, g[i].cols, w[i].layout},
+                             [&](const auto& gm) { opt.step(wm, gm, *typed_[i]); });
+          });
+        }
+      }
+    }
     void set(std::string_view key, std::string_view value) override {
       auto o = opt.options();
       if (!Opt::set_option(o, key, value))
@@ -214,6 +270,7 @@ class AnyOptimizer {
     std::string identity() const override { return Opt::identity(); }
     std::string option_keys() const override { return Opt::option_keys(); }
     std::size_t workspace_bytes() const override { return opt.workspace_bytes(); }
+    std::vector<typename Opt::State*> typed_;  ///< the batched step's typed states
   };
 
  public:
@@ -238,6 +295,14 @@ class AnyOptimizer {
   State make_state(MatrixView<const T> w) { return impl_->make_state(w); }
   /// One step of W with gradient G (see Optimizer::step); throws std::invalid_argument, leaving W and s unchanged.
   void step(MatrixView<T> w, MatrixView<const T> g, State& s) { impl_->step(w, g, s); }
+  /// Steps many parameters in one call, each with its own settings (ParamStep: lr, weight decay, non-finite
+  /// policy, and whether its gradient is known finite); the options are not changed. A matrix optimizer runs its
+  /// batched step (Optimizer::step(params, grads, states, settings): small matrices in parallel, one per thread);
+  /// AdamW and Lion step each parameter in turn (shapes and settings checked first; each gradient as it steps).
+  void step(const std::vector<MatrixView<T>>& w, const std::vector<MatrixView<const T>>& g,
+            const std::vector<State*>& s, const std::vector<ParamStep<T>>& settings) {
+    impl_->step(w, g, s, settings);
+  }
 
   /// Sets one option from text; an unknown key or a bad value throws and changes nothing.
   void set(std::string_view key, std::string_view value) { impl_->set(key, value); }

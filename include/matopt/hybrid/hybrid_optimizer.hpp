@@ -138,11 +138,15 @@ class HybridOptimizer {
   /// Steps parameter i with gradient g (same shape and layout as the parameter).
   void step(std::size_t i, MatrixView<const T> g) {
     Param& p = param(i, "step");
-    if (!check_grad(p, g) && options_.non_finite == NonFinite::Skip) {
+    validate_group(groups_[p.group]);  // groups are mutable through group()
+    const bool finite = check_grad(p, g);
+    if (!finite && options_.non_finite == NonFinite::Skip) {
       ++skipped_steps_;
       return;
     }
-    step_one(p, g);
+    batch_clear();
+    batch_add(p, g, finite);
+    batch_run();
   }
 
   /// Steps every parameter, grads[i] for parameter i. All gradients are checked (count, shapes, finite
@@ -152,13 +156,18 @@ class HybridOptimizer {
       detail::fail("matopt::HybridOptimizer::step", "got ", grads.size(), " gradients for ", params_.size(),
                    " parameters");
     for (const Group& g : groups_) validate_group(g);  // groups are mutable through group()
+    batch_clear();
     bool finite = true;
-    for (std::size_t i = 0; i < params_.size(); ++i) finite = check_grad(params_[i], grads[i]) && finite;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const bool f = check_grad(params_[i], grads[i]);
+      batch_add(params_[i], grads[i], f);
+      finite = f && finite;
+    }
     if (!finite && options_.non_finite == NonFinite::Skip) {
       ++skipped_steps_;
       return;
     }
-    for (std::size_t i = 0; i < params_.size(); ++i) step_one(params_[i], grads[i]);
+    batch_run();
   }
 
   /// Steps some parameters: parameter indices[k] with grads[k], in the order given (the others, e.g. those
@@ -169,19 +178,22 @@ class HybridOptimizer {
     if (grads.size() != indices.size())
       detail::fail(where, "got ", grads.size(), " gradients for ", indices.size(), " parameter indices");
     for (const Group& g : groups_) validate_group(g);
-    std::vector<bool> seen(params_.size(), false);
+    seen_.assign(params_.size(), 0);
+    batch_clear();
     bool finite = true;
     for (std::size_t k = 0; k < indices.size(); ++k) {
-      const Param& p = param(indices[k], "step");
-      if (seen[indices[k]]) detail::fail(where, "parameter '", p.name, "' (index ", indices[k], ") given twice");
-      seen[indices[k]] = true;
-      finite = check_grad(p, grads[k]) && finite;
+      Param& p = param(indices[k], "step");
+      if (seen_[indices[k]]) detail::fail(where, "parameter '", p.name, "' (index ", indices[k], ") given twice");
+      seen_[indices[k]] = 1;
+      const bool f = check_grad(p, grads[k]);
+      batch_add(p, grads[k], f);
+      finite = f && finite;
     }
     if (!finite && options_.non_finite == NonFinite::Skip) {
       ++skipped_steps_;
       return;
     }
-    for (std::size_t k = 0; k < indices.size(); ++k) step_one(params_[indices[k]], grads[k]);
+    batch_run();
   }
 
   /// Steps skipped for a non-finite gradient (Options::non_finite = Skip).
@@ -384,29 +396,41 @@ class HybridOptimizer {
     return finite;
   }
 
-  void step_one(Param& p, MatrixView<const T> g) {
-    AnyOptimizer<T>& opt = optimizer(p.route);
+  /// The parameters of one step, per route: each with its gradient, state and settings (its group's lr and
+  /// weight decay, this container's non-finite policy, and the finiteness check_grad found), stepped by one
+  /// batched call per route (AnyOptimizer::step with ParamSteps: a matrix optimizer's batched step runs small
+  /// matrices in parallel). The vectors keep their capacity between steps.
+  struct Batch {
+    std::vector<MatrixView<T>> params;
+    std::vector<MatrixView<const T>> grads;
+    std::vector<typename AnyOptimizer<T>::State*> states;
+    std::vector<ParamStep<T>> settings;
+    void clear() {
+      params.clear();
+      grads.clear();
+      states.clear();
+      settings.clear();
+    }
+  };
+  void batch_clear() {
+    for (Batch& b : batches_) b.clear();
+  }
+  void batch_add(Param& p, MatrixView<const T> g, bool finite) {
+    const AnyOptimizer<T>& opt = optimizer(p.route);
     const Group& grp = groups_[p.group];
-    validate_group(grp);  // groups are mutable through group()
-    const T lr = opt.lr(), wd = opt.weight_decay();
-    const NonFinite policy = opt.non_finite();
-    // The group's lr and decay, and this container's non-finite policy, apply to this step only; restored
-    // even if the step throws.
-    struct Restore {
-      AnyOptimizer<T>& opt;
-      T lr, wd;
-      NonFinite policy;
-      ~Restore() {
-        opt.set_lr(lr);
-        opt.set_weight_decay(wd);
-        opt.set_non_finite(policy);
-      }
-    } restore{opt, lr, wd, policy};
     const std::optional<T>& own = group_lr_[p.group];
-    opt.set_lr((own ? *own : lr) * grp.lr_scale);
-    if (grp.weight_decay) opt.set_weight_decay(*grp.weight_decay);
-    opt.set_non_finite(options_.non_finite);
-    opt.step(p.view, g, p.state);
+    Batch& b = batches_[p.route == Route::Matrix ? 0 : 1];
+    b.params.push_back(p.view);
+    b.grads.push_back(g);
+    b.states.push_back(&p.state);
+    b.settings.push_back({(own ? *own : opt.lr()) * grp.lr_scale, grp.weight_decay ? *grp.weight_decay : opt.weight_decay(),
+                          options_.non_finite, finite});
+  }
+  void batch_run() {
+    for (int r = 0; r < 2; ++r) {
+      Batch& b = batches_[r];
+      if (!b.params.empty()) optimizer(r == 0 ? Route::Matrix : Route::AdamW).step(b.params, b.grads, b.states, b.settings);
+    }
   }
 
   AnyOptimizer<T> matrix_;
@@ -416,6 +440,8 @@ class HybridOptimizer {
   std::vector<std::optional<T>> group_lr_;  ///< set_group_lr, per group
   std::vector<Param> params_;
   std::int64_t skipped_steps_ = 0;
+  Batch batches_[2];                ///< one step's parameters: matrix route, AdamW route
+  std::vector<unsigned char> seen_;  ///< step(indices, grads): indices given
 };
 
 #if defined(MATOPT_RUNTIME_COMPILED)
