@@ -2,10 +2,15 @@
 # SPDX-License-Identifier: MIT
 """Runs matopt's CPU benchmark and a PyTorch CPU reference of the same steps in one invocation and prints
 the ratios of docs/performance.md (targets and cost model there). Uses Debian's python3-torch (fp32, same thread count).
+Where matopt_bench has its bfloat16 Newton-Schulz benchmarks (BM_NS/jordan_bf16, BM_Step/muon_bf16: built with
+oneDNN), also the PyTorch bf16 reference (KellerJordan/Muon's zeropower_via_newtonschulz5, X = G.bfloat16(), on the
+CPU) and the bf16 targets. Run OpenBLAS with its own choice of kernel:
 
-  python3 bench/compare.py [--bench build/bench/matopt_bench] [--threads 2] [--repetitions 5] [--json out.json]
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+    python3 bench/compare.py [--bench build/bench/matopt_bench] [--threads 2] [--repetitions 5] [--json out.json]
 """
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -20,10 +25,11 @@ SHAPES = [(1024, 1024), (1024, 4096), (4096, 1024), (2048, 2048)]
 BETA, LR = 0.95, 0.02
 
 
-def zeropower_via_newtonschulz5(G, steps=5):
-    # KellerJordan/Muon, in fp32 on the CPU.
+def zeropower_via_newtonschulz5(G, steps=5, dtype=None):
+    # KellerJordan/Muon, in fp32 on the CPU; dtype=torch.bfloat16 as KellerJordan/Muon runs it (X = G.bfloat16(),
+    # every product in bf16, a bf16 result).
     a, b, c = (3.4445, -4.7750, 2.0315)
-    X = G
+    X = G if dtype is None else G.to(dtype)
     if G.size(-2) > G.size(-1):
         X = X.mT
     X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
@@ -43,6 +49,14 @@ def muon_step(p, g, buf):
     p.add_(u, alpha=-LR * max(1, p.size(0) / p.size(1)) ** 0.5)
 
 
+def muon_bf16_step(p, g, buf):
+    # muon_step with KellerJordan/Muon's bf16 Newton-Schulz; the bf16 update is added to the fp32 weight.
+    buf.lerp_(g, 1 - BETA)
+    u = g.lerp(buf, BETA)
+    u = zeropower_via_newtonschulz5(u, dtype=torch.bfloat16)
+    p.add_(u, alpha=-LR * max(1, p.size(0) / p.size(1)) ** 0.5)
+
+
 def rmnp_step(p, g, buf):
     buf.mul_(BETA).add_(g)
     u = F.normalize(g.add(buf, alpha=BETA), dim=-1, eps=1e-12)
@@ -57,6 +71,52 @@ def colnorm_step(p, g, buf):
 
 def ns_only(p, g, buf):
     zeropower_via_newtonschulz5(g)
+
+
+def ns_bf16_only(p, g, buf):
+    zeropower_via_newtonschulz5(g, dtype=torch.bfloat16)
+
+
+# matopt's bf16 targets (docs/performance.md): its bf16 Muon step against PyTorch's fp32 and bf16 Muon steps, its bf16
+# Newton-Schulz against its own fp32 one.
+TARGET_MUON_VS_TORCH_FP32, TARGET_MUON_VS_TORCH_BF16 = 2.5, 1.3
+TARGET_NS_VS_FP32 = {(2048, 2048): 1.8}  # the other shapes: TARGET_NS_VS_FP32_OTHER
+TARGET_NS_VS_FP32_OTHER = 1.5
+
+
+def machine_lines():
+    """The CPU's model name (lscpu), its bf16 flags (/proc/cpuinfo), OpenBLAS's kernel in this process, and
+    warnings for the environment variables that override that kernel's choice (matopt_bench runs in this
+    environment, so it loads the same library with the same choice)."""
+    model = "unknown"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        model = next(l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name:"))
+    except (OSError, subprocess.CalledProcessError, StopIteration):
+        pass
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    bf16 = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in ("avx512_bf16", "amx_bf16"))
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")
+        lib.openblas_get_corename.restype = ctypes.c_char_p
+        core = lib.openblas_get_corename().decode()
+    except (OSError, AttributeError) as e:
+        core = f"unknown ({e})"
+    lines = [f"CPU: {model}; bf16 flags: {bf16}; OpenBLAS kernel: {core}"]
+    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if var in os.environ:
+            lines.append(f"warning: {var}={os.environ[var]} is set and overrides OpenBLAS's own choice; run the "
+                         "benchmarks under `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`")
+    return {"model": model, "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags,
+            "openblas_corename": core}, lines
 
 
 def time_torch(fn, m, n, repetitions):
@@ -102,6 +162,8 @@ def main():
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
+    cpu, lines = machine_lines()
+    print("\n".join(lines), flush=True)
     raw, mo = run_matopt(args.bench, args.threads, args.repetitions)
     engine = next(k for k in mo if k.startswith("BM_Gemm/")).split("/")[1]
     gemm_rate = max(b["flops"] for k, b in mo.items() if k.startswith("BM_Gemm/"))
@@ -110,6 +172,12 @@ def main():
     torch_times = {}
     for m, n in SHAPES:
         for name, fn in (("muon", muon_step), ("rmnp", rmnp_step), ("colnorm", colnorm_step), ("ns", ns_only)):
+            torch_times[(name, m, n)] = time_torch(fn, m, n, args.repetitions)
+    # the bf16 rows: where matopt_bench has both of a shape's bf16 benchmarks (a build without oneDNN has none)
+    bf16_shapes = [(m, n) for m, n in SHAPES
+                   if f"BM_NS/jordan_bf16/m:{m}/n:{n}" in mo and f"BM_Step/muon_bf16/m:{m}/n:{n}" in mo]
+    for m, n in bf16_shapes:
+        for name, fn in (("muon_bf16", muon_bf16_step), ("ns_bf16", ns_bf16_only)):
             torch_times[(name, m, n)] = time_torch(fn, m, n, args.repetitions)
 
     ctx = raw["context"]
@@ -122,11 +190,14 @@ def main():
     results = []
     for m, n in SHAPES:
         key = f"m:{m}/n:{n}"
-        for name in ("ns", "muon", "rmnp", "colnorm"):
-            bname = ("BM_NS/jordan/" if name == "ns" else f"BM_Step/{name}/") + key
+        names = ("ns", "muon", "rmnp", "colnorm") + (("ns_bf16", "muon_bf16") if (m, n) in bf16_shapes else ())
+        for name in names:
+            bname = {"ns": "BM_NS/jordan/", "ns_bf16": "BM_NS/jordan_bf16/"}.get(name, f"BM_Step/{name}/") + key
             b = mo[bname]
             t_mo, t_pt = seconds(b), torch_times[(name, m, n)]
-            if name in ("ns", "muon"):
+            if name.endswith("_bf16"):  # torch ms: PyTorch's bf16 Newton-Schulz
+                roof = f"naive FLOP/s = {b['flops'] / gemm_rate:.2f} x SGEMM" if "flops" in b else ""
+            elif name in ("ns", "muon"):
                 roof = f"naive FLOP/s = {b['flops'] / gemm_rate:.2f} x SGEMM"
             else:
                 roof = f"bytes/s = {b['bytes'] / stream_rate:.2f} x stream"
@@ -138,9 +209,43 @@ def main():
     big = mo["BM_Step/muon/m:2048/n:2048"]["flops"]
     batch = mo["BM_StepBatch/muon/count:64/m:256/n:256"]["flops"]
     print(f"batched 64 x (256x256) Muon: {batch / big:.2f}x the naive FLOP rate of one 2048x2048")
+    targets = []
+    if not bf16_shapes:
+        print("\nbf16 rows skipped: this matopt_bench has no BM_NS/jordan_bf16 or BM_Step/muon_bf16 benchmarks "
+              "(built without oneDNN)")
+    else:
+        missing = [f"{m}x{n}" for m, n in SHAPES if (m, n) not in bf16_shapes]
+        if missing:
+            print(f"\nbf16 rows skipped at {', '.join(missing)}: matopt_bench has no bf16 benchmarks there")
+        print("\nbf16 targets (torch ms of the rows ns_bf16, muon_bf16 above: PyTorch's bf16 Newton-Schulz)")
+        print(f"{'shape':>11} | {'matopt muon_bf16 vs torch fp32 muon':>35} | {'vs torch bf16 muon':>24} | "
+              f"{'matopt ns_bf16 vs matopt fp32 ns':>32}")
+        print("-" * 114)
+
+        def mark(ratio, target):
+            return f"{ratio:6.2f}x {'pass' if ratio >= target else 'FAIL'} (>= {target}x)"
+
+        for m, n in bf16_shapes:
+            key = f"m:{m}/n:{n}"
+            t_muon16 = seconds(mo["BM_Step/muon_bf16/" + key])
+            t_ns16, t_ns32 = seconds(mo["BM_NS/jordan_bf16/" + key]), seconds(mo["BM_NS/jordan/" + key])
+            r32 = torch_times[("muon", m, n)] / t_muon16
+            r16 = torch_times[("muon_bf16", m, n)] / t_muon16
+            rns = t_ns32 / t_ns16
+            t_ns = TARGET_NS_VS_FP32.get((m, n), TARGET_NS_VS_FP32_OTHER)
+            print(f"{m:>5}x{n:<5} | {mark(r32, TARGET_MUON_VS_TORCH_FP32):>35} | "
+                  f"{mark(r16, TARGET_MUON_VS_TORCH_BF16):>24} | {mark(rns, t_ns):>32}")
+            targets.append({"shape": [m, n], "muon_bf16_vs_torch_fp32_muon": r32,
+                            "muon_bf16_vs_torch_bf16_muon": r16, "ns_bf16_vs_matopt_fp32_ns": rns,
+                            "pass": {"muon_bf16_vs_torch_fp32_muon": r32 >= TARGET_MUON_VS_TORCH_FP32,
+                                     "muon_bf16_vs_torch_bf16_muon": r16 >= TARGET_MUON_VS_TORCH_BF16,
+                                     "ns_bf16_vs_matopt_fp32_ns": rns >= t_ns}})
     if args.json:
+        out = {"matopt": raw, "torch": results, "threads": args.threads, "cpu": cpu}
+        if targets:
+            out["bf16_targets"] = targets
         with open(args.json, "w") as f:
-            json.dump({"matopt": raw, "torch": results, "threads": args.threads}, f, indent=1)
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":
