@@ -19,6 +19,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -122,6 +123,24 @@ inline dnnl::matmul& onednn_matmul(const std::array<dnnl::memory::dim, 9>& key) 
   return cache.emplace(key, dnnl::matmul(pd)).first->second;
 }
 
+/// Whether oneDNN has a bfloat16 matmul for this CPU (oneDNN 2.x needs AVX-512; without AVX512_BF16 or AMX it
+/// emulates, docs/performance.md#bfloat16-newton-schulz). Asked once per process: a small primitive descriptor,
+/// which oneDNN refuses where it has no kernel (ONEDNN_MAX_CPU_ISA lowers the CPU it sees).
+inline bool onednn_bf16_available() {
+  static const bool available = [] {
+    using dt = dnnl::memory::data_type;
+    using tag = dnnl::memory::format_tag;
+    try {
+      const dnnl::memory::desc a({8, 8}, dt::bf16, tag::ab), c({8, 8}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), onednn_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 /// A reorder primitive from float to bfloat16 (round to nearest even; oneDNN's JIT kernels, threaded) for one
 /// shape and strides, made once per thread and kept.
 inline dnnl::reorder& onednn_to_bf16(const std::array<dnnl::memory::dim, 4>& key) {
@@ -136,6 +155,19 @@ inline dnnl::reorder& onednn_to_bf16(const std::array<dnnl::memory::dim, 4>& key
   return cache.emplace(key, dnnl::reorder(pd)).first->second;
 }
 #endif
+
+/// Throws std::invalid_argument unless this build and CPU can run the bfloat16 products (oneDNN, and a bfloat16
+/// matmul in it for this CPU).
+inline void check_bf16_products(std::string_view where) {
+#if defined(MATOPT_HAS_ONEDNN)
+  if (!onednn_bf16_available())
+    fail(where, "ns_dtype = bfloat16: oneDNN has no bfloat16 matmul for this CPU (it needs AVX-512, and pays with "
+                "AVX512_BF16 or AMX); set ns_dtype = float32");
+#else
+  fail(where, "ns_dtype = bfloat16 needs oneDNN, and matopt was configured without it (Debian: apt-get install "
+              "libdnnl-dev, then configure again)");
+#endif
+}
 
 /// The host engine of the Newton–Schulz algorithm (precondition/ns_algorithm.hpp) with bfloat16 products: the
 /// element-wise operations are HostEngine's; syrk_lower and gemm round their operands to bfloat16 and multiply

@@ -84,12 +84,10 @@ struct NewtonSchulz {
   };
 
   /// Throws std::invalid_argument for an invalid schedule, gram_aspect < 1, a restart step < 1, or
-  /// ns_dtype = bfloat16 in a build without oneDNN.
+  /// ns_dtype = bfloat16 in a build without oneDNN or on a CPU oneDNN has no bfloat16 matmul for.
   static void validate(const Options& o, std::string_view where) {
     o.schedule.validate(where);
-    if (o.dtype == NsDtype::BFloat16 && !detail::kHasOneDnn)
-      detail::fail(where, "ns_dtype = bfloat16 needs oneDNN, and matopt was configured without it (Debian: apt-get "
-                          "install libdnnl-dev, then configure again)");
+    if (o.dtype == NsDtype::BFloat16) detail::check_bf16_products(where);
     if (!(o.gram_aspect >= 1)) detail::fail(where, "gram_aspect must be >= 1 (got ", o.gram_aspect, ")");
     for (int k : o.restarts)
       if (k < 1) detail::fail(where, "Gram NS restart steps must be >= 1 (got ", k, ")");
