@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_NS/jordan", BM_NS<mo::schedules::Jordan>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_NS/polar_express", BM_NS<mo::schedules::PolarExpress>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/muon", BM_Step<mo::Muon<float>>)->Apply(shapes);
-  if (mo::detail::kHasOneDnn) {  // bfloat16 products (docs/performance.md#bfloat16-newton-schulz)
+  // bfloat16 products where oneDNN has a bf16 matmul for this CPU (not on AVX2-only CPUs)
+  if (mo::detail::onednn_bf16_available()) {  // bfloat16 products (docs/performance.md#bfloat16-newton-schulz)
     constexpr auto bf16 = mo::NsDtype::BFloat16;
     benchmark::RegisterBenchmark("BM_NS/jordan_bf16", BM_NS<mo::schedules::Jordan, bf16>)->Apply(shapes);
     benchmark::RegisterBenchmark("BM_Step/muon_bf16", BM_Step<mo::Muon<float>, Mat, bf16>)->Apply(shapes);

@@ -154,6 +154,9 @@ inline dnnl::reorder& onednn_to_bf16(const std::array<dnnl::memory::dim, 4>& key
   dnnl::reorder::primitive_desc pd(onednn_engine(), from, onednn_engine(), to);
   return cache.emplace(key, dnnl::reorder(pd)).first->second;
 }
+#else
+/// Whether oneDNN has a bfloat16 matmul for this CPU: this build has no oneDNN.
+inline bool onednn_bf16_available() { return false; }
 #endif
 
 /// Throws std::invalid_argument unless this build and CPU can run the bfloat16 products (oneDNN, and a bfloat16
