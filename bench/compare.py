@@ -25,27 +25,16 @@ SHAPES = [(1024, 1024), (1024, 4096), (4096, 1024), (2048, 2048)]
 BETA, LR = 0.95, 0.02
 
 
-def zeropower_via_newtonschulz5(G, steps=5, dtype=None):
-    # KellerJordan/Muon, in fp32 on the CPU; dtype=torch.bfloat16 as KellerJordan/Muon runs it (X = G.bfloat16(),
-    # every product in bf16, a bf16 result).
-    a, b, c = (3.4445, -4.7750, 2.0315)
-    X = G if dtype is None else G.to(dtype)
-    if G.size(-2) > G.size(-1):
-        X = X.mT
-    X = X / (X.norm(dim=(-2, -1), keepdim=True) + 1e-7)
-    for _ in range(steps):
-        A = X @ X.mT
-        B = b * A + c * A @ A
-        X = a * X + B @ X
-    if G.size(-2) > G.size(-1):
-        X = X.mT
-    return X
+# KellerJordan/Muon's zeropower_via_newtonschulz5, as the GPT reference (bench/gpt_torch.py) runs it: in fp32 here,
+# and in bf16 (X = G.bfloat16(), every product in bf16, a bf16 result) for the bf16 rows.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_torch import zeropower_via_newtonschulz5  # noqa: E402
 
 
 def muon_step(p, g, buf):
     buf.lerp_(g, 1 - BETA)
     u = g.lerp(buf, BETA)
-    u = zeropower_via_newtonschulz5(u)
+    u = zeropower_via_newtonschulz5(u, 5, dtype=torch.float32)
     p.add_(u, alpha=-LR * max(1, p.size(0) / p.size(1)) ** 0.5)
 
 
@@ -53,7 +42,7 @@ def muon_bf16_step(p, g, buf):
     # muon_step with KellerJordan/Muon's bf16 Newton-Schulz; the bf16 update is added to the fp32 weight.
     buf.lerp_(g, 1 - BETA)
     u = g.lerp(buf, BETA)
-    u = zeropower_via_newtonschulz5(u, dtype=torch.bfloat16)
+    u = zeropower_via_newtonschulz5(u, 5, dtype=torch.bfloat16)
     p.add_(u, alpha=-LR * max(1, p.size(0) / p.size(1)) ** 0.5)
 
 
@@ -70,11 +59,11 @@ def colnorm_step(p, g, buf):
 
 
 def ns_only(p, g, buf):
-    zeropower_via_newtonschulz5(g)
+    zeropower_via_newtonschulz5(g, 5, dtype=torch.float32)
 
 
 def ns_bf16_only(p, g, buf):
-    zeropower_via_newtonschulz5(g, dtype=torch.bfloat16)
+    zeropower_via_newtonschulz5(g, 5, dtype=torch.bfloat16)
 
 
 # matopt's bf16 targets (docs/performance.md): its bf16 Muon step against PyTorch's fp32 and bf16 Muon steps, its bf16
