@@ -124,7 +124,7 @@ inline dnnl::matmul& onednn_matmul(const std::array<dnnl::memory::dim, 9>& key) 
 }
 
 /// Whether oneDNN has a bfloat16 matmul for this CPU (oneDNN 2.x needs AVX-512; without AVX512_BF16 or AMX it
-/// emulates, docs/performance.md#bfloat16-newton-schulz). Asked once per process: a small primitive descriptor,
+/// emulates, `docs/performance.md#bfloat16-newton-schulz`). Asked once per process: a small primitive descriptor,
 /// which oneDNN refuses where it has no kernel (ONEDNN_MAX_CPU_ISA lowers the CPU it sees).
 inline bool onednn_bf16_available() {
   static const bool available = [] {

@@ -32,14 +32,13 @@
 
 namespace matopt {
 
-/// Which Newton–Schulz algorithm runs.
 /// Which Newton–Schulz algorithm runs: `Plain` (SYRK and GEMM on X, 3 r^2 s + r^3 per step), `Gram` (iterates on
 /// X X^T, Dao-AILab: cheaper when s >> r), or `Auto` (Gram when s >= gram_aspect r, plain otherwise).
 enum class NsVariant { Auto, Plain, Gram };
 
 /// The precision of Newton–Schulz's products (key ns_dtype): `Float32` (default) multiplies in the optimizer's
 /// scalar type; `BFloat16` rounds every product's operands to bfloat16 and accumulates in float, as the peers' GPU
-/// Muons do, through oneDNN on the host (docs/math.md#newton-schulz-in-bfloat16). The iterate and the output keep
+/// Muons do, through oneDNN on the host (`docs/math.md#newton-schulz-in-bfloat16`). The iterate and the output keep
 /// the optimizer's scalar type.
 enum class NsDtype { Float32, BFloat16 };
 
