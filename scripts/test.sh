@@ -14,9 +14,10 @@
 #                     runs, the allocation tests, the engines' Newton–Schulz against a plain reference and
 #                     thread-count determinism with -march=native (the default BLAS engine and Eigen's), packaging,
 #                     the benchmarks, and every CUDA kernel when nvcc is found.
-# The Thrust backend and oneDNN are required (MATOPT_THRUST_DEVICE_SYSTEM=OMP, MATOPT_ONEDNN=ON: configure fails if
-# Thrust's or oneDNN's headers are missing, so the device suite and the bfloat16 Newton–Schulz tests cannot drop
-# out silently; setup.sh installs libthrust-dev and libdnnl-dev). Extra arguments go to both
+# The Thrust backend, oneDNN and c10d are required (MATOPT_THRUST_DEVICE_SYSTEM=OMP, MATOPT_ONEDNN=ON,
+# MATOPT_C10D=ON: configure fails if Thrust's, oneDNN's or gloo's headers or libtorch are missing, so the device
+# suite, the bfloat16 Newton–Schulz tests and the data-parallel libtorch tests cannot drop out silently; setup.sh
+# installs libthrust-dev, libdnnl-dev, libtorch-dev and libgloo-dev). Extra arguments go to both
 # configure steps after it (e.g. -DMATOPT_THRUST_DEVICE_SYSTEM=CPP). Build directories: MATOPT_BUILD_DIR (default
 # build) and MATOPT_SUITES_BUILD_DIR (default build-suites).
 set -euo pipefail
@@ -41,14 +42,14 @@ CXX=clang++ cmake -S . -B "$suites" $(generator "$suites") "${lld[@]}" -DCMAKE_B
   -DMATOPT_TEST_SET=suites -DCMAKE_CXX_FLAGS_RELEASE=-O0 -DMATOPT_TEST_OPTIMIZATION=-O0 -DCMAKE_CXX_STANDARD=20 \
   -DMATOPT_GEMM_ENGINE=eigen \
   -DMATOPT_SANITIZE=address,undefined -DMATOPT_BUILD_FUZZERS=ON -DMATOPT_ENABLE_CUDA=OFF -DMATOPT_BUILD_RUNTIME=OFF \
-  -DMATOPT_BUILD_EXAMPLES=OFF -DMATOPT_BUILD_BENCHMARKS=OFF -DMATOPT_THRUST_DEVICE_SYSTEM=OMP -DMATOPT_ONEDNN=ON "$@"
+  -DMATOPT_BUILD_EXAMPLES=OFF -DMATOPT_BUILD_BENCHMARKS=OFF -DMATOPT_THRUST_DEVICE_SYSTEM=OMP -DMATOPT_ONEDNN=ON -DMATOPT_C10D=ON "$@"
 cmake --build "$suites" -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir "$suites" -j "$jobs" --output-on-failure
 
 echo "== matopt tests 2/2: the library as users build it (${CXX:-default compiler}, Release, -Werror) in $build"
 cmake -S . -B "$build" $(generator "$build") -DCMAKE_BUILD_TYPE=Release -DMATOPT_WERROR=ON \
-  -DMATOPT_TEST_SET=library -DMATOPT_THRUST_DEVICE_SYSTEM=OMP -DMATOPT_ONEDNN=ON "$@"
+  -DMATOPT_TEST_SET=library -DMATOPT_THRUST_DEVICE_SYSTEM=OMP -DMATOPT_ONEDNN=ON -DMATOPT_C10D=ON "$@"
 cmake --build "$build" -j "$jobs"
 ctest --test-dir "$build" -j "$jobs" --output-on-failure "${gpu_filter[@]}"
 [ ${#gpu_filter[@]} -eq 0 ] || echo "matopt: no CUDA device here; tests labelled gpu were built but are not run"

@@ -15,6 +15,7 @@
 
 #include <matopt/distributed/communicator.hpp>
 #include <matopt/distributed/sharded_optimizer.hpp>
+#include <matopt/facade/any_optimizer.hpp>
 #include <matopt/presets.hpp>
 
 #include "distributed_support.hpp"
@@ -67,6 +68,9 @@ void check_preset_cost(const std::string& preset, std::set<std::string>& seen) {
     const double expected = it->second == CostClass::Cubic ? mn * double(std::min(m, n)) : mn;
     CHECK(preconditioner_cost<typename OptF::PreconditionerType>(m, n) == expected);
     CHECK(preconditioner_cost<typename OptD::PreconditionerType>(m, n) == expected);
+    // The facade's cost (what TorchOptimizer's data-parallel plan balances) is the same.
+    CHECK(AnyOptimizer<float>(OptF{}).cost(m, n) == expected);
+    CHECK(AnyOptimizer<double>(OptD{}).cost(m, n) == expected);
   }
 }
 }  // namespace
@@ -79,6 +83,8 @@ TEST_CASE("shard plan: every preset's preconditioner declares its cost, cubic fo
   MATOPT_MATRIX_PRESETS(MATOPT_TEST_PRESET_COST)
 #undef MATOPT_TEST_PRESET_COST
   CHECK(seen.size() == expected_cost_classes().size());  // and the table names no preset the list lacks
+  CHECK(make_optimizer<float>("adamw").cost(64, 48) == 64.0 * 48);  // elementwise
+  CHECK(make_optimizer<double>("lion").cost(10, 300) == 10.0 * 300);
   // The owner plan of ShardedOptimizer<MuonAutoSteps> balances that cost: one rank holds the sum of m n min(m, n).
   SingleProcess comm;
   Model<float> model;

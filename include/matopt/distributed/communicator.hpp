@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -26,6 +27,13 @@
 #include "matopt/core/errors.hpp"
 
 namespace matopt {
+
+/// A collective failed: a peer exited, the backend's timeout passed, or the backend refused the call. Thrown by the
+/// backends (MPI, c10d) on the rank that saw the failure, naming the call, the rank and the backend's message.
+class CommunicationError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 /// The element types a collective moves. Byte moves raw bytes (checkpoints).
 enum class CommType : std::uint8_t { Float, Double, Byte };

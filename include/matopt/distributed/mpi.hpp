@@ -97,7 +97,7 @@ class MpiCommunicator final : public Communicator {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(status, text, &len);
-    throw std::runtime_error("matopt::MpiCommunicator: " + std::string(call) + " failed on rank " +
+    throw CommunicationError("matopt::MpiCommunicator: " + std::string(call) + " failed on rank " +
                              std::to_string(rank_) + ": " + std::string(text, std::size_t(len)));
   }
 

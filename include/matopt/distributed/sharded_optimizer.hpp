@@ -57,24 +57,13 @@
 #include "matopt/core/traits.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/distributed/communicator.hpp"
+#include "matopt/distributed/plan.hpp"
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/row_normalize.hpp"
 #include "matopt/serialization/checkpoint.hpp"
 
 namespace matopt {
 
-template <class Method>
-struct Orthogonalize;
-template <class Method>
-struct AutoSteps;
-struct ExactPolar;
-template <class Cheap, class Exact>
-struct Adaptive;
-template <class Inner, class Moment>
-struct SecondMoment;
-template <class Inner>
-struct NuclearScaled;
-struct DionPowerIteration;
 
 /// How ShardedOptimizer cuts the state: `Owner` (each matrix whole on one rank, by a balanced greedy plan; any
 /// optimizer, the update bitwise the single-process one) or `RowSharded` (every matrix cut along its normalized
@@ -94,63 +83,6 @@ struct ShardOptions {
   GradSync sync = GradSync::ReduceScatter;
   /// Mean or sum of the ranks' gradients (default Average).
   GradReduction reduction = GradReduction::Average;
-};
-
-namespace detail {
-template <class P>
-inline constexpr bool cubic_preconditioner_v = false;
-template <class M>
-inline constexpr bool cubic_preconditioner_v<Orthogonalize<M>> = true;
-template <class M>
-inline constexpr bool cubic_preconditioner_v<AutoSteps<M>> = true;  // Orthogonalize<M> with K planned steps
-template <>
-inline constexpr bool cubic_preconditioner_v<ExactPolar> = true;
-template <class C, class E>
-inline constexpr bool cubic_preconditioner_v<Adaptive<C, E>> = true;  // its exact branch bounds the cost
-template <class I, class M>
-inline constexpr bool cubic_preconditioner_v<SecondMoment<I, M>> = cubic_preconditioner_v<I>;  // NorMuon, AdaMuon, NAMO
-template <class I>
-inline constexpr bool cubic_preconditioner_v<NuclearScaled<I>> = cubic_preconditioner_v<I>;  // PolarGrad
-template <>
-inline constexpr bool cubic_preconditioner_v<DionPowerIteration> = true;  // m n r, r <= min(m, n)
-}  // namespace detail
-
-/// The planner's cost of preconditioning an m x n matrix: m n min(m, n) for orthogonalization (the
-/// Newton–Schulz products), m n for normalizations and elementwise maps.
-template <class Preconditioner>
-double preconditioner_cost(Index m, Index n) {
-  const double mn = double(m) * double(n);
-  return detail::cubic_preconditioner_v<Preconditioner> ? mn * double(std::min(m, n)) : mn;
-}
-
-/// Owner of each parameter. Greedy longest-processing-time: parameters by cost, largest first (ties: lower
-/// index first), each to the least-loaded rank (ties: lower rank). Deterministic, so every rank computes
-/// the same plan; the makespan is within 4/3 of optimal (Graham 1969).
-struct ShardPlan {
-  std::vector<int> owner;   ///< per parameter
-  std::vector<double> load; ///< per rank: sum of its parameters' costs
-
-  /// The greedy plan of `costs` (one per parameter) over `ranks` ranks (>= 1; throws std::invalid_argument otherwise).
-  static ShardPlan greedy(const std::vector<double>& costs, int ranks) {
-    if (ranks < 1) detail::fail("matopt::ShardPlan", "needs at least one rank (got ", ranks, ")");
-    ShardPlan p;
-    p.owner.assign(costs.size(), 0);
-    p.load.assign(std::size_t(ranks), 0.0);
-    std::vector<std::size_t> order(costs.size());
-    std::iota(order.begin(), order.end(), std::size_t(0));
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return costs[a] > costs[b]; });
-    for (std::size_t i : order) {
-      const auto r = std::size_t(std::min_element(p.load.begin(), p.load.end()) - p.load.begin());
-      p.owner[i] = int(r);
-      p.load[r] += costs[i];
-    }
-    return p;
-  }
-  /// max load / mean load (1 = perfect balance).
-  double imbalance() const {
-    const double total = std::accumulate(load.begin(), load.end(), 0.0);
-    return total == 0 ? 1.0 : *std::max_element(load.begin(), load.end()) * double(load.size()) / total;
-  }
 };
 
 /// Data-parallel training with `Opt`'s state sharded ZeRO-1 style (Rajbhandari et al., arXiv 1910.02054): every

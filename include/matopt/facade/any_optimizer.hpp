@@ -25,6 +25,7 @@
 #include "matopt/core/errors.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
+#include "matopt/distributed/plan.hpp"
 #include "matopt/presets.hpp"
 #include "matopt/serialization/archive.hpp"
 
@@ -50,6 +51,11 @@ inline constexpr bool has_param_steps_v<
                                                    std::declval<const std::vector<MatrixView<const T>>&>(),
                                                    std::declval<const std::vector<typename Opt::State*>&>(),
                                                    std::declval<const std::vector<ParamStep<T>>&>()))>> = true;
+/// Whether Opt is a matrix optimizer (Optimizer<T, P, M, S> names its preconditioner; AdamW and Lion do not).
+template <class Opt, class = void>
+inline constexpr bool has_preconditioner_type_v = false;
+template <class Opt>
+inline constexpr bool has_preconditioner_type_v<Opt, std::void_t<typename Opt::PreconditionerType>> = true;
 }  // namespace detail
 
 /// A type-erased optimizer for frameworks configured at run time: wraps any typed optimizer (a preset, a
@@ -167,6 +173,7 @@ class AnyOptimizer {
     virtual std::string identity() const = 0;
     virtual std::string option_keys() const = 0;
     virtual std::size_t workspace_bytes() const = 0;
+    virtual double cost(Index m, Index n) const = 0;
   };
 
   template <class Opt>
@@ -270,6 +277,10 @@ class AnyOptimizer {
     std::string identity() const override { return Opt::identity(); }
     std::string option_keys() const override { return Opt::option_keys(); }
     std::size_t workspace_bytes() const override { return opt.workspace_bytes(); }
+    double cost(Index m, Index n) const override {
+      if constexpr (detail::has_preconditioner_type_v<Opt>) return preconditioner_cost<typename Opt::PreconditionerType>(m, n);
+      else return double(m) * double(n);  // AdamW, Lion: elementwise
+    }
     std::vector<typename Opt::State*> typed_;  ///< the batched step's typed states
   };
 
@@ -326,6 +337,9 @@ class AnyOptimizer {
   std::string name() const { return impl_->name(); }
   /// The wrapped optimizer's identity (checkpoints): states it made load only into the same kind.
   std::string identity() const { return impl_->identity(); }
+  /// The planner's cost of one step of an m x n parameter (preconditioner_cost of the wrapped optimizer's
+  /// preconditioner; m n for AdamW and Lion): what the distributed optimizers balance across ranks.
+  double cost(Index m, Index n) const { return impl_->cost(m, n); }
   /// The keys set() accepts (the wrapped optimizer's option_keys()).
   std::string option_keys() const { return impl_->option_keys(); }
   /// The wrapped optimizer's workspace bytes.

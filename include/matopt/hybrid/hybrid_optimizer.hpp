@@ -252,6 +252,27 @@ class HybridOptimizer {
   /// Parameter i's optimizer state (read its fields with State::field, e.g. "precondition.ns_steps").
   const typename AnyOptimizer<T>::State& state(std::size_t i) const { return param(i, "state").state; }
 
+  /// Whether parameter i holds its optimizer state (false after release_state).
+  bool has_state(std::size_t i) const { return param(i, "has_state").state.valid(); }
+  /// Frees parameter i's optimizer state (data parallel: on the ranks that do not own it, TorchOptimizer). Stepping
+  /// it, or a checkpoint of this container, then throws until read_state or restore gives it a state again.
+  void release_state(std::size_t i) { param(i, "release_state").state = {}; }
+  /// Writes parameter i's optimizer state (its checkpoint fields) to `w` (to move it to another rank).
+  void write_state(std::size_t i, detail::Writer& w) const {
+    const Param& p = param(i, "write_state");
+    if (!p.state.valid())
+      detail::fail("matopt::HybridOptimizer::write_state", "parameter '", p.name, "' holds no state (released)");
+    p.state.write(w);
+  }
+  /// Reads parameter i's optimizer state from `r` (what write_state wrote) into a new state; on an error the
+  /// parameter keeps what it had.
+  void read_state(std::size_t i, detail::Reader& r) {
+    Param& p = param(i, "read_state");
+    auto fresh = optimizer(p.route).make_state(p.view);
+    fresh.read(r);
+    p.state = std::move(fresh);
+  }
+
   /// Bytes of all parameters' optimizer state plus both optimizers' workspaces.
   std::size_t state_bytes() const {
     std::size_t b = matrix_.workspace_bytes() + adamw_.workspace_bytes();
@@ -307,6 +328,9 @@ class HybridOptimizer {
     w.pod(std::uint8_t(parameters ? 1 : 0));
     w.pod(std::int64_t(skipped_steps_));
     for (const auto& p : params_) {
+      if (!p.state.valid())
+        detail::fail("matopt::HybridOptimizer::checkpoint", "parameter '", p.name,
+                     "' holds no state (released on a rank that does not own it: gather the states first)");
       w.string(p.name);
       w.pod(std::uint8_t(p.route));
       w.string(optimizer(p.route).identity());
@@ -345,7 +369,7 @@ class HybridOptimizer {
       if (rows != p.view.rows || cols != p.view.cols)
         Reader::fail("parameter '", p.name, "' is ", rows, "x", cols, " in the file but ", p.view.rows, "x",
                      p.view.cols, " here");
-      states.push_back(p.state);
+      states.push_back(p.state.valid() ? p.state : optimizer(p.route).make_state(p.view));
       r.state(states.back());
       if (with_values) {
         const auto count = std::size_t(rows * cols);
@@ -405,7 +429,9 @@ class HybridOptimizer {
     std::vector<MatrixView<const T>> grads;
     std::vector<typename AnyOptimizer<T>::State*> states;
     std::vector<ParamStep<T>> settings;
+    std::vector<const std::string*> names;
     void clear() {
+      names.clear();
       params.clear();
       grads.clear();
       states.clear();
@@ -420,6 +446,7 @@ class HybridOptimizer {
     const Group& grp = groups_[p.group];
     const std::optional<T>& own = group_lr_[p.group];
     Batch& b = batches_[p.route == Route::Matrix ? 0 : 1];
+    b.names.push_back(&p.name);
     b.params.push_back(p.view);
     b.grads.push_back(g);
     b.states.push_back(&p.state);
@@ -427,6 +454,11 @@ class HybridOptimizer {
                           options_.non_finite, finite});
   }
   void batch_run() {
+    for (const Batch& b : batches_)  // after the non-finite decision: a skipped step may name released states
+      for (std::size_t k = 0; k < b.states.size(); ++k)
+        if (!b.states[k]->valid())
+          detail::fail("matopt::HybridOptimizer::step", "parameter '", *b.names[k],
+                       "' holds no state (released: another rank steps it); nothing was changed");
     for (int r = 0; r < 2; ++r) {
       Batch& b = batches_[r];
       if (!b.params.empty()) optimizer(r == 0 ? Route::Matrix : Route::AdamW).step(b.params, b.grads, b.states, b.settings);

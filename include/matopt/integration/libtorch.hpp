@@ -19,7 +19,9 @@
 // Target matopt::libtorch (defined when CMake finds Torch); not included by <matopt/matopt.hpp>.
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
+#include <exception>
 #include <functional>
 #include <map>
 #include <optional>
@@ -35,6 +37,8 @@
 #include <torch/serialize/archive.h>
 #include <torch/types.h>
 
+#include "matopt/distributed/communicator.hpp"
+#include "matopt/distributed/plan.hpp"
 #include "matopt/facade/any_optimizer.hpp"
 #include "matopt/hybrid/hybrid_optimizer.hpp"
 #include "matopt/version.hpp"
@@ -90,6 +94,18 @@ struct TorchOptions {
   bool embeddings_to_adamw = true;  ///< false: embeddings go to the matrix optimizer
   bool heads_to_adamw = true;       ///< false: output heads go to the matrix optimizer
   NonFinite non_finite = NonFinite::Throw;  ///< HybridOptimizer::Options::non_finite
+
+  /// Data parallel (`docs/distributed.md#data-parallel-libtorch-c10d`): the processes whose step this is, e.g. a
+  /// C10dCommunicator over a c10d process group (any matopt::Communicator works); it must outlive the optimizer.
+  /// nullptr or a group of one: this process alone. Every rank builds the optimizer over the same parameters in the
+  /// same order, and calls step(), consolidate_state() and torch::load together.
+  Communicator* communicator = nullptr;
+  /// With a communicator: step() first replaces every gradient by its mean over the ranks (false: the caller has
+  /// already reduced them, e.g. by its own all-reduce).
+  bool average_gradients = true;
+  /// The gradient all-reduce's bucket, in bytes: gradients are packed in parameter order into buckets of this size,
+  /// one all-reduce each (DistributedDataParallel's default, 25 MiB).
+  std::size_t bucket_bytes = std::size_t(25) << 20;
 };
 
 namespace detail {
@@ -133,6 +149,16 @@ MatrixView<T> torch_view(const Tensor& t) {
 /// HybridOptimizer's: hidden 2-D weights and conv weights (as (out, in*kh*kw)) go to the matrix optimizer; vectors,
 /// embeddings and output heads to AdamW (or Lion). The routes are torch param groups 0 ("matrix") and 1 ("adamw"),
 /// whose options (TorchGroupOptions) carry lr and weight decay. Each tensor's own storage is stepped (zero copy).
+///
+/// Data parallel (TorchOptions::communicator, a group of N > 1 ranks): step() averages the gradients across ranks
+/// (bucketed all-reduces, parameters in a fixed order), then each matrix is stepped by one owner rank, chosen by the
+/// cost model (ShardPlan::greedy over AnyOptimizer::cost: m n min(m, n) for orthogonalization), which alone keeps
+/// its optimizer state (ZeRO-1, arXiv 1910.02054); the updated matrices reach every rank in one all-gather. The
+/// vector route (AdamW or Lion) is stepped on every rank, replicated: its state is O(parameters) and its step
+/// elementwise, so sharding it would trade a second gather for little memory. Any refusal (a bad gradient, a
+/// gradient on some ranks but not others) is agreed first and thrown on every rank with nothing changed.
+/// Checkpoints: consolidate_state() on every rank gathers the state; then torch::save on one rank writes the
+/// single-process format, which loads on any number of ranks, or into a TorchOptimizer without a communicator.
 class TorchOptimizer : public torch::optim::Optimizer {
  public:
   /// A module's named_parameters().
@@ -181,6 +207,10 @@ class TorchOptimizer : public torch::optim::Optimizer {
     std::size_t i = index(name);
     return std::visit(
         [&](auto& h) {
+          if (!h.has_state(i))
+            detail::fail("matopt::TorchOptimizer::effective_lr", "parameter '", name, "' is stepped by rank ",
+                         owner_[i], " (data parallel; this is rank ", comm_->rank(),
+                         "): ask that rank, or call consolidate_state() first");
           sync_groups(h);
           return double(h.effective_lr(i));
         },
@@ -188,6 +218,21 @@ class TorchOptimizer : public torch::optim::Optimizer {
   }
   /// Parameter names in matopt's order (routing and checkpoints).
   const std::vector<std::string>& names() const { return names_; }
+
+  /// Data parallel: the rank that steps parameter `name` (its owner), or -1 when every rank steps it (the vector
+  /// route, or no communicator).
+  int owner(const std::string& name) const { return owner_.empty() ? -1 : owner_[index(name)]; }
+  /// The communicator of TorchOptions (nullptr without one).
+  Communicator* communicator() const { return comm_; }
+
+  /// Data parallel, collective (every rank calls it): gathers every matrix's optimizer state from its owner into
+  /// every rank, so that torch::save on any one rank writes the whole state (the single-process format, as
+  /// torch's ZeroRedundancyOptimizer.consolidate_state_dict). The next step() frees the gathered copies again.
+  /// Without a communicator it does nothing.
+  void consolidate_state() {
+    if (!distributed()) return;
+    std::visit([&](auto& h) { consolidate(h); }, hybrid_);
+  }
 
   /// The container underneath (float32 parameters: T = float; float64: T = double).
   template <class T>
@@ -200,6 +245,10 @@ class TorchOptimizer : public torch::optim::Optimizer {
   /// checksummed checkpoint, HybridOptimizer's format, as a byte tensor) and each group's lr and weight
   /// decay. Loading checks everything first and changes nothing on a mismatch; a run resumes bitwise.
   void save(torch::serialize::OutputArchive& archive) const override {
+    if (distributed() && !consolidated_)
+      detail::fail("matopt::TorchOptimizer::save", "data parallel over ", comm_->size(), " ranks (this is rank ",
+                   comm_->rank(), "): each matrix's state lives on its owner; call consolidate_state() on every rank "
+                   "first, then save on one rank");
     const std::string bytes = std::visit([](const auto& h) { return h.checkpoint_bytes(false); }, hybrid_);
     auto blob = torch::empty({std::int64_t(bytes.size())}, torch::kUInt8);
     if (!bytes.empty()) std::memcpy(blob.data_ptr<std::uint8_t>(), bytes.data(), bytes.size());
@@ -232,6 +281,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
       options(std::size_t(g)).lr(lr[g].item<double>());
       options(std::size_t(g)).weight_decay(wd[g].item<double>());
     }
+    consolidated_ = distributed();  // every rank now holds every state; the next step frees the others' again
   }
 
  private:
@@ -291,6 +341,10 @@ class TorchOptimizer : public torch::optim::Optimizer {
       sizes_.push_back(e.tensor.sizes().vec());
     }
     tensor_dtype_ = p.dtype;
+    comm_ = options.communicator;
+    average_ = options.average_gradients;
+    bucket_bytes_ = options.bucket_bytes;
+    if (distributed()) std::visit([&](auto& h) { plan_owners(h); }, hybrid_);
   }
 
   using Hybrid = std::variant<HybridOptimizer<float>, HybridOptimizer<double>>;
@@ -426,12 +480,13 @@ class TorchOptimizer : public torch::optim::Optimizer {
     }
   }
 
+  /// Checks every parameter and gradient (throws on the first problem; nothing changed): the parameters with a
+  /// gradient into indices_ and grads, the ones whose storage moved into rebound_.
   template <class T>
-  void step_with(HybridOptimizer<T>& h) {
+  void collect(std::vector<MatrixView<const T>>& grads) {
     constexpr const char* where = "matopt::TorchOptimizer::step";
-    sync_groups(h);
     indices_.clear();
-    std::vector<MatrixView<const T>> grads;
+    grads.clear();
     rebound_.clear();
     for (std::size_t i = 0; i < tensors_.size(); ++i) {
       const torch::Tensor& p = tensors_[i];
@@ -453,14 +508,242 @@ class TorchOptimizer : public torch::optim::Optimizer {
       indices_.push_back(i);
       grads.push_back(detail::torch_view<const T>(g));
     }
+  }
+
+  template <class T>
+  void rebind(HybridOptimizer<T>& h) {
     for (std::size_t i : rebound_) {
       h.rebind(i, detail::torch_view<T>(tensors_[i]));
       data_[i] = tensors_[i].numel() == 0 ? nullptr : tensors_[i].data_ptr();
     }
-    h.step(indices_, grads);
-    // matopt wrote through raw pointers: advance the tensors' version counters as torch's in-place ops do,
-    // so that autograd detects a graph that saved a parameter before this step.
+  }
+
+  /// matopt wrote through raw pointers: advance the tensors' version counters as torch's in-place ops do, so that
+  /// autograd detects a graph that saved a parameter before this step.
+  void bump_versions() {
     for (std::size_t i : indices_) torch::autograd::impl::bump_version(tensors_[i]);
+  }
+
+  template <class T>
+  void step_with(HybridOptimizer<T>& h) {
+    if (distributed()) return step_distributed(h);
+    sync_groups(h);
+    std::vector<MatrixView<const T>> grads;
+    collect(grads);
+    rebind(h);
+    h.step(indices_, grads);
+    bump_versions();
+  }
+
+  // ---- Data parallel ----------------------------------------------------------------------------------------------
+
+  bool distributed() const { return comm_ != nullptr && comm_->size() > 1; }
+
+  /// Every rank checks that the others hold the same parameters, then plans the matrices' owners (each rank
+  /// computes the same plan) and frees the state of the matrices it does not own.
+  template <class T>
+  void plan_owners(HybridOptimizer<T>& h) {
+    constexpr const char* where = "matopt::TorchOptimizer";
+    // What every rank must agree on: the parameter count, the elements, the routes, the scalar type.
+    double shape[4] = {double(names_.size()), 0, 0, double(sizeof(T))};
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+      shape[1] += double(tensors_[i].numel());
+      if (h.route(i) == Route::Matrix) shape[2] += double(i + 1);
+    }
+    const int n = comm_->size();
+    std::vector<double> all(std::size_t(4 * n));
+    comm_->all_gather(shape, all.data(), std::vector<std::size_t>(std::size_t(n), 4));
+    for (int r = 0; r < n; ++r)
+      if (!std::equal(shape, shape + 4, all.begin() + 4 * r))
+        detail::fail(where, "rank ", comm_->rank(), " holds ", shape[0], " parameters of ", shape[1],
+                     " elements but rank ", r, " holds ", all[std::size_t(4 * r)], " of ", all[std::size_t(4 * r + 1)],
+                     " (or routes or dtypes differ): every rank must build the optimizer over the same parameters");
+    std::vector<std::size_t> matrices;
+    std::vector<double> costs;
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      if (h.route(i) == Route::Matrix) {
+        matrices.push_back(i);
+        const auto v = detail::torch_view<T>(tensors_[i]);
+        costs.push_back(h.matrix_optimizer().cost(v.rows, v.cols));
+      }
+    const ShardPlan plan = ShardPlan::greedy(costs, n);
+    owner_.assign(names_.size(), -1);
+    for (std::size_t k = 0; k < matrices.size(); ++k) owner_[matrices[k]] = plan.owner[k];
+    release_others(h);
+  }
+
+  template <class T>
+  void release_others(HybridOptimizer<T>& h) {
+    for (std::size_t i = 0; i < owner_.size(); ++i)
+      if (owner_[i] >= 0 && owner_[i] != comm_->rank()) h.release_state(i);
+    consolidated_ = false;
+  }
+
+  /// Collective: every rank learns whether any rank's checks failed (then all throw the lowest failing rank's
+  /// message, nothing changed) and whether a parameter has a gradient on some ranks but not on others.
+  void agree(const std::string& error) {
+    constexpr const char* where = "matopt::TorchOptimizer::step";
+    const int n = comm_->size(), me = comm_->rank();
+    std::vector<double> flags(std::size_t(n) + tensors_.size(), 0.0);
+    if (!error.empty()) flags[std::size_t(me)] = 1;
+    else
+      for (std::size_t i : indices_) flags[std::size_t(n) + i] = 1;
+    comm_->all_reduce(flags.data(), flags.size());
+    for (int r = 0; r < n; ++r)
+      if (flags[std::size_t(r)] != 0) {
+        double length = r == me ? double(error.size()) : 0;
+        comm_->broadcast(&length, 1, r);
+        std::string text(std::size_t(length), '\0');
+        if (r == me) text = error;
+        comm_->broadcast(reinterpret_cast<std::byte*>(text.data()), text.size(), r);
+        detail::fail(where, "refused on rank ", r, " of ", n, ", nothing changed on any rank: ", text);
+      }
+    for (std::size_t i = 0; i < tensors_.size(); ++i) {
+      const double with = flags[std::size_t(n) + i];
+      if (with != 0 && with != n)
+        detail::fail(where, "parameter '", names_[i], "' has a gradient on ", with, " of ", n,
+                     " ranks: every rank must have one, or none; nothing changed on any rank");
+    }
+  }
+
+  /// The gradients <- their mean over the ranks, in buckets of bucket_bytes_ (parameters in matopt's order), written
+  /// back into the gradient tensors (as DistributedDataParallel leaves them).
+  template <class T>
+  void average(const std::vector<MatrixView<const T>>& grads) {
+    const std::size_t bucket = std::max<std::size_t>(1, bucket_bytes_ / sizeof(T));
+    const T ranks = T(comm_->size());
+    std::vector<T>& buf = bucket_buffer<T>();
+    buf.resize(bucket);
+    struct Piece {
+      T* data;
+      std::size_t count;
+    };
+    std::vector<Piece> pieces;
+    std::size_t used = 0;
+    auto flush = [&] {
+      if (used == 0) return;
+      comm_->all_reduce(buf.data(), used);
+      std::size_t at = 0;
+      for (const Piece& pc : pieces) {
+        for (std::size_t k = 0; k < pc.count; ++k) pc.data[k] = buf[at + k] / ranks;
+        at += pc.count;
+      }
+      pieces.clear();
+      used = 0;
+    };
+    for (const auto& g : grads) {
+      T* data = const_cast<T*>(g.data);  // the gradient tensors' own storage
+      std::size_t left = std::size_t(g.rows * g.cols);
+      while (left != 0) {
+        const std::size_t take = std::min(left, bucket - used);
+        std::copy(data, data + take, buf.begin() + std::ptrdiff_t(used));
+        pieces.push_back({data, take});
+        used += take;
+        data += take;
+        left -= take;
+        if (used == bucket) flush();
+      }
+    }
+    flush();
+  }
+
+  template <class T>
+  std::vector<T>& bucket_buffer() {
+    if constexpr (std::is_same_v<T, float>) return buffer_f_;
+    else return buffer_d_;
+  }
+
+  template <class T>
+  void step_distributed(HybridOptimizer<T>& h) {
+    std::vector<MatrixView<const T>> grads;
+    std::string error;
+    try {
+      sync_groups(h);
+      collect(grads);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    agree(error);  // throws on every rank if any rank refused
+    rebind(h);
+    if (average_) average(grads);
+    if (consolidated_) release_others(h);
+    // The gradients are now the same on every rank, and so is the non-finite decision: under Throw and Skip a
+    // non-finite gradient anywhere throws (naming it) or skips the step on every rank, before any change.
+    if (h.options().non_finite != NonFinite::Zero) {
+      bool finite = true;
+      for (const auto& g : grads)
+        finite = finite && detail::with_map(g, [](const auto& m) { return detail::all_finite(m); });
+      if (!finite) {
+        h.step(indices_, grads);  // throws (Throw) or counts the skip (Skip): checked before any state is read
+        return;
+      }
+    }
+    // This rank's share: the matrices it owns and the whole vector route.
+    const int me = comm_->rank(), n = comm_->size();
+    local_.clear();
+    std::vector<MatrixView<const T>> local_grads;
+    std::vector<std::size_t> counts(std::size_t(n), 0);
+    for (std::size_t k = 0; k < indices_.size(); ++k) {
+      const std::size_t i = indices_[k];
+      if (owner_[i] < 0 || owner_[i] == me) {
+        local_.push_back(i);
+        local_grads.push_back(grads[k]);
+      }
+      if (owner_[i] >= 0) counts[std::size_t(owner_[i])] += std::size_t(tensors_[i].numel());
+    }
+    h.step(local_, local_grads);
+    // The updated matrices, owners' in parameter order, to every rank.
+    std::vector<T>& send = bucket_buffer<T>();
+    send.clear();
+    for (std::size_t i : indices_)
+      if (owner_[i] == me) {
+        const T* p = static_cast<const T*>(tensors_[i].data_ptr());
+        send.insert(send.end(), p, p + tensors_[i].numel());
+      }
+    std::size_t total = 0;
+    for (std::size_t c : counts) total += c;
+    gathered_.resize(total * sizeof(T));
+    T* recv = reinterpret_cast<T*>(gathered_.data());
+    comm_->all_gather(send.data(), recv, counts);
+    std::vector<std::size_t> offset(std::size_t(n), 0);
+    for (int r = 1; r < n; ++r) offset[std::size_t(r)] = offset[std::size_t(r - 1)] + counts[std::size_t(r - 1)];
+    for (std::size_t i : indices_) {
+      if (owner_[i] < 0) continue;
+      std::size_t& at = offset[std::size_t(owner_[i])];
+      const auto count = std::size_t(tensors_[i].numel());
+      if (owner_[i] != me) std::copy(recv + at, recv + at + count, static_cast<T*>(tensors_[i].data_ptr()));
+      at += count;
+    }
+    bump_versions();
+  }
+
+  /// consolidate_state(): each rank's owned states, in parameter order, to every rank.
+  template <class T>
+  void consolidate(HybridOptimizer<T>& h) {
+    constexpr const char* where = "matopt::TorchOptimizer::consolidate_state";
+    const int me = comm_->rank(), n = comm_->size();
+    detail::Writer w;
+    for (std::size_t i = 0; i < owner_.size(); ++i)
+      if (owner_[i] == me) h.write_state(i, w);
+    const std::string& mine = w.data();
+    const double size = double(mine.size());
+    std::vector<double> sizes(static_cast<std::size_t>(n));
+    comm_->all_gather(&size, sizes.data(), std::vector<std::size_t>(std::size_t(n), 1));
+    std::vector<std::size_t> counts(static_cast<std::size_t>(n));
+    std::size_t total = 0;
+    for (int r = 0; r < n; ++r) total += counts[std::size_t(r)] = std::size_t(sizes[std::size_t(r)]);
+    std::vector<std::byte> all(total);
+    comm_->all_gather(reinterpret_cast<const std::byte*>(mine.data()), all.data(), counts);
+    std::size_t at = 0;
+    for (int r = 0; r < n; ++r) {
+      detail::Reader rd(reinterpret_cast<const char*>(all.data()) + at, counts[std::size_t(r)]);
+      at += counts[std::size_t(r)];
+      if (r == me) continue;
+      for (std::size_t i = 0; i < owner_.size(); ++i)
+        if (owner_[i] == r) h.read_state(i, rd);
+      if (rd.left() != 0) detail::fail(where, "rank ", r, "'s states left ", rd.left(), " bytes unread");
+    }
+    consolidated_ = true;
   }
 
   Hybrid hybrid_;
@@ -473,6 +756,16 @@ class TorchOptimizer : public torch::optim::Optimizer {
   std::map<std::string, std::size_t> index_;
   std::vector<Route> routes_;            // each torch group's route, fixed at construction
   std::vector<std::size_t> indices_;     // step: the parameters with a gradient
+  // Data parallel
+  Communicator* comm_ = nullptr;
+  bool average_ = true;
+  std::size_t bucket_bytes_ = 0;
+  std::vector<int> owner_;               // per parameter: its owner rank, -1 for the replicated vector route
+  bool consolidated_ = false;            // every rank holds every state (consolidate_state, load)
+  std::vector<std::size_t> local_;       // step: this rank's share of indices_
+  std::vector<float> buffer_f_;          // gradient buckets, then the owned weights
+  std::vector<double> buffer_d_;
+  std::vector<unsigned char> gathered_;  // the gathered weights
 };
 
 }  // namespace matopt
