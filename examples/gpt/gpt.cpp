@@ -9,12 +9,16 @@
 // quantiles of U / ||U||_F per matrix (seed 001). docs/gpt.md has the measured results and their reading.
 // --lr-grid runs a learning-rate grid per width instead (docs/gpt.md, "Learning rate across width"): every
 // (width, configuration, lr) from the same weights and batches, one row of lr_transfer.csv per run, resumable.
+// --ranks N trains data-parallel on N processes of this machine (docs/distributed.md#data-parallel-libtorch-c10d):
+// gpt starts N copies of itself, which meet through a c10d FileStore in --out and form a Gloo process group; each
+// rank takes 1/N of every global batch, matopt::TorchOptimizer averages the gradients and steps each hidden matrix
+// on its owner rank; rank 0 writes the outputs (the other ranks' console output goes to --out/rank<r>.log).
 //
 //   gpt [--optimizers a,b,...] [--steps N] [--d-model N] [--layers N] [--heads N] [--context N] [--batch N]
 //       [--lr name=value]... [--option name:key=value]... [--adam-lr X] [--seed N] [--threads N]
 //       [--eval-every N] [--dominance-every N]
 //       [--eval-batches N] [--warmup N] [--sweep 64,128,256] [--lr-grid name=a,b,...]... [--quick] [--out DIR]
-//       [--data DIR]
+//       [--data DIR] [--ranks N]
 // A name is an optimizer (muon, rmnp, ...) or a label optimizer@tag (tag: letters, digits, '_', '.', '-'): the
 // same optimizer under several configurations, e.g. --lr-grid muon@moonlight=0.002,0.004 with
 // --option muon@moonlight:lr_rule=sqrt_max --option muon@moonlight:extra_scale_factor=0.2. A label's --option
@@ -45,6 +49,10 @@
 
 #include <matopt/diagnostics.hpp>
 #include <matopt/integration/libtorch.hpp>
+#if defined(MATOPT_GPT_C10D)
+#include <matopt/integration/c10d.hpp>
+#include <sys/wait.h>
+#endif
 
 #include "../common/torch_threads.hpp"
 #include "corpus.hpp"
@@ -115,7 +123,15 @@ struct Args {
   bool stop_on_divergence = false;  // set for the grid's runs: a diverged run stops early (train())
   std::string out = "gpt_out";
   std::string data;
+  int ranks = 1;  // --ranks N: data parallel over N processes (c10d, Gloo)
 };
+
+/// Data parallel (--ranks): this process's rank and the group's communicator (nullptr on one process).
+struct Dist {
+  int rank = 0, size = 1;
+  matopt::Communicator* comm = nullptr;
+};
+Dist g_dist;
 
 // The matrix route's lr: each preset's default (KellerJordan/Muon's 0.02 for Muon, OrScale; 0.02 for RMNP and
 // ColNorm, matopt's presets; the reference codes' 0.02 for NorMuon, AdaMuon, PolarGrad, Turbo-Muon; 0.01 for
@@ -141,7 +157,7 @@ double lr_of(const Args& a, const std::string& label) {
                "           [--option name:key=value]...\n"
                "           [--seed N] [--threads N] [--eval-every N] [--dominance-every N] [--eval-batches N]\n"
                "           [--warmup N] [--sweep 64,128,256] [--lr-grid name=lr,lr,...]... [--quick] [--out DIR]\n"
-               "           [--data DIR]\n"
+               "           [--data DIR] [--ranks N]\n"
                "a name is an optimizer or a label optimizer@tag with its own --option/--lr entries, e.g.\n"
                "  --lr-grid muon@moonlight=0.002,0.004,0.008 --option muon@moonlight:lr_rule=sqrt_max\n"
                "  --option muon@moonlight:extra_scale_factor=0.2\n"
@@ -241,7 +257,8 @@ Args parse(int argc, char** argv) {
       }
       if (g.lrs.empty()) usage("--lr-grid: no lr for '" + g.label + "'");
       a.grid.push_back(std::move(g));
-    } else if (key == "--out") a.out = value;
+    } else if (key == "--ranks") a.ranks = int(integer(1));
+    else if (key == "--out") a.out = value;
     else if (key == "--data") a.data = value;
     else usage("unknown option " + key);
   }
@@ -259,6 +276,19 @@ Args parse(int argc, char** argv) {
     if (w % a.model.heads != 0) usage("--sweep: width " + std::to_string(w) + " is not a multiple of --heads");
   if (a.warmup < 0) a.warmup = std::max<std::int64_t>(1, a.steps / 20);
   if (a.warmup >= a.steps) usage("--warmup must be below --steps");
+  if (a.ranks > 1) {
+#if !defined(MATOPT_GPT_C10D)
+    usage("--ranks needs matopt::c10d (this gpt was built without libtorch's c10d and the gloo headers: "
+          "apt-get install libgloo-dev, then reconfigure)");
+#endif
+    if (a.batch % a.ranks != 0)
+      usage("--ranks " + std::to_string(a.ranks) + ": --batch " + std::to_string(a.batch) +
+            " must be a multiple of the ranks (each takes an equal share of every batch)");
+    if (!a.grid.empty()) usage("--ranks runs --optimizers and --sweep; --lr-grid runs on one process");
+    for (const auto& o : a.optimizers)
+      if (base_of(o) == "torch_adamw")
+        usage("--ranks: torch_adamw is libtorch's own AdamW, which has no data-parallel step (matopt's is 'adamw')");
+  }
   return a;
 }
 
@@ -330,6 +360,10 @@ struct RunResult {
   std::vector<DominancePoint> dominance;
   std::vector<SpectrumPoint> spectrum;
   std::vector<PlanPoint> plans;  // muon_auto: each hidden matrix's NS plan at every --dominance-every sample
+  int ranks = 1;                 // --ranks: the payload handed to the collectives, per step
+  double allreduce_bytes = 0;    // by one rank (every rank hands the same)
+  double allgather_bytes = 0;    // by all ranks together (each hands the matrices it owns)
+  std::int64_t params = 0, matrix_params = 0;  // elements: all parameters, the matrix route's
 };
 
 class Progress {
@@ -417,17 +451,20 @@ RunResult train(const std::string& label, double lr, const gpt::GptConfig& cfg, 
     groups[0].route = matopt::Route::AdamW;
     matopt::TorchOptions o;
     o.adamw = {{"lr", exact_text(lr)}, {"beta2", "0.95"}};
+    o.communicator = g_dist.comm;
     auto p = std::make_unique<matopt::TorchOptimizer>(groups, "muon", matopt::Config{}, o);
     mopt = p.get();
     opt = std::move(p);
   } else {
     matopt::TorchOptions o;
     o.adamw = {{"lr", adam_lr}, {"beta2", "0.95"}};
+    o.communicator = g_dist.comm;
     matopt::Config config{{"lr", exact_text(lr)}};
     if (name == "muon_auto") config["ns_steps"] = "auto";
     if (auto it = a.options.find(label); it != a.options.end())
       for (const auto& [key, value] : it->second) config[key] = value;
-    auto_steps = config.count("ns_steps") != 0 && config["ns_steps"] == "auto";
+    // (data parallel: a rank holds the plans of the matrices it owns only; not recorded)
+    auto_steps = config.count("ns_steps") != 0 && config["ns_steps"] == "auto" && g_dist.size == 1;
     auto p = std::make_unique<matopt::TorchOptimizer>(model->named_parameters(), name == "muon_auto" ? "muon" : name,
                                                       config, o);
     mopt = p.get();
@@ -437,11 +474,12 @@ RunResult train(const std::string& label, double lr, const gpt::GptConfig& cfg, 
   for (const auto& g : opt->param_groups()) base_lr.push_back(g.options().get_lr());
 
   // Diagnostics: the matrix optimizers report U through telemetry every dominance_every steps; the AdamW runs
-  // keep a side momentum buffer per hidden matrix.
+  // keep a side momentum buffer per hidden matrix. Not with --ranks (each rank sees the matrices it owns only).
+  const bool diagnose = g_dist.size == 1;
   Diagnostics diag;
   double diagnostics_s = 0;  // spent in the telemetry callback: not optimizer time
   std::int64_t step = 0;
-  if (matrix)
+  if (matrix && diagnose)
     mopt->hybrid<float>().set_telemetry(int(a.dominance_every), [&](const std::string& pname, const matopt::StepReport<float>& rep) {
       const auto t0 = Clock::now();
       diag.add(r, rep.step, pname, rep.direction.data, rep.rows, rep.cols);
@@ -449,7 +487,7 @@ RunResult train(const std::string& label, double lr, const gpt::GptConfig& cfg, 
     });
   std::vector<std::pair<std::string, torch::Tensor>> hidden;  // side momentum buffers (AdamW runs)
   std::vector<torch::Tensor> side;
-  if (!matrix)
+  if (!matrix && diagnose)
     for (const auto& item : model->named_parameters())
       if (!gpt::layer_type(item.key()).empty()) {
         hidden.emplace_back(item.key(), item.value());
@@ -476,12 +514,18 @@ RunResult train(const std::string& label, double lr, const gpt::GptConfig& cfg, 
   };
 
   Progress progress(label + " " + std::to_string(cfg.d_model), a.steps);
+  const matopt::CommCounters traffic0 = g_dist.comm ? g_dist.comm->counters() : matopt::CommCounters{};
   double window_loss = 0, first_loss = 0;
   std::int64_t window = 0;
   int above = 0;  // steps in a row with a training loss above 1.5 times the first
   for (step = 0; step < a.steps; ++step) {
     std::vector<std::int64_t> o(std::size_t(a.batch));
     for (auto& v : o) v = offset(rng);
+    if (g_dist.size > 1) {  // this rank's share of the global batch (its loss is the mean over its share)
+      const std::size_t share = o.size() / std::size_t(g_dist.size);
+      o = std::vector<std::int64_t>(o.begin() + std::ptrdiff_t(share * std::size_t(g_dist.rank)),
+                                    o.begin() + std::ptrdiff_t(share * std::size_t(g_dist.rank + 1)));
+    }
     const auto [x, y] = windows(d.train, o, T);
     const auto t0 = Clock::now();
     opt->zero_grad();
@@ -494,7 +538,11 @@ RunResult train(const std::string& label, double lr, const gpt::GptConfig& cfg, 
     const auto t1 = Clock::now();
     opt->step();
     r.optimizer_s += seconds_since(t1) - (diagnostics_s - before);
-    const double l = loss.item<double>();
+    double l = loss.item<double>();
+    if (g_dist.size > 1) {  // the global batch's loss: every rank takes the same early-stop decision
+      g_dist.comm->all_reduce(&l, 1);
+      l /= double(g_dist.size);
+    }
     if (step == 0) first_loss = l;
     above = l > 1.5 * first_loss ? above + 1 : 0;
     if (a.stop_on_divergence && (!std::isfinite(l) || above >= kDivergedSteps)) {
@@ -503,8 +551,8 @@ RunResult train(const std::string& label, double lr, const gpt::GptConfig& cfg, 
     }
     window_loss += l;
     ++window;
-    const bool sample = (step + 1) % a.dominance_every == 0;
-    if (!matrix) {
+    const bool sample = diagnose && (step + 1) % a.dominance_every == 0;
+    if (!matrix && diagnose) {
       torch::NoGradGuard no_grad;
       const auto t2 = Clock::now();
       for (std::size_t i = 0; i < hidden.size(); ++i) side[i].mul_(0.95).add_(hidden[i].second.grad());
@@ -548,6 +596,17 @@ RunResult train(const std::string& label, double lr, const gpt::GptConfig& cfg, 
   }
   progress.finish();
   r.steps_run = r.diverged ? step + 1 : a.steps;
+  for (const auto& item : model->named_parameters()) {
+    r.params += item.value().numel();
+    if (mopt != nullptr && mopt->route(item.key()) == matopt::Route::Matrix) r.matrix_params += item.value().numel();
+  }
+  if (g_dist.comm) {
+    const matopt::CommCounters t = g_dist.comm->counters() - traffic0;
+    r.ranks = g_dist.size;
+    r.allreduce_bytes = double(t.bytes_of(matopt::CommKind::AllReduce)) / double(r.steps_run);
+    r.allgather_bytes = double(t.bytes_of(matopt::CommKind::AllGather)) / double(r.steps_run);
+    g_dist.comm->all_reduce(&r.allgather_bytes, 1);
+  }
   if (r.diverged) r.final_val = std::numeric_limits<double>::quiet_NaN();
   if (r.best_val == 1e300) r.best_val = std::numeric_limits<double>::quiet_NaN();
   return r;
@@ -619,6 +678,24 @@ void print_table(const std::vector<RunResult>& runs) {
     std::printf("%-12s %7lld %9.3g %10.4f %10.4f %11.4f %12.2f %10.2f %7.2f %7.2f %7.2f\n", r.optimizer.c_str(),
                 static_cast<long long>(r.d_model), r.lr, r.final_val, r.best_val, r.final_train, r.optimizer_s,
                 r.fwd_bwd_s, r.r_min, r.r_avg, r.r_max);
+}
+
+/// --ranks: per run, time per step and the collectives' payload per step against the parameter counts.
+void write_data_parallel(const std::filesystem::path& file, const std::vector<RunResult>& runs) {
+  std::ofstream f(file);
+  f << "optimizer,ranks,steps,optimizer_s_per_step,fwd_bwd_s_per_step,params,matrix_params,"
+       "allreduce_payload_bytes_per_rank,allgather_payload_bytes_all_ranks\n";
+  std::printf("\ndata parallel, %d ranks (per step; payload as handed to the collectives):\n", runs.front().ranks);
+  for (const auto& r : runs) {
+    const double n = double(r.steps_run);
+    f << r.optimizer << ',' << r.ranks << ',' << r.steps_run << ',' << r.optimizer_s / n << ',' << r.fwd_bwd_s / n << ','
+      << r.params << ',' << r.matrix_params << ',' << r.allreduce_bytes << ',' << r.allgather_bytes << '\n';
+    std::printf("%-12s optimizer %.1f ms, fwd/bwd %.1f ms; all-reduce %.0f B per rank (4 x %lld parameters = %lld), "
+                "all-gather %.0f B over all ranks (4 x %lld matrix elements = %lld)\n",
+                r.optimizer.c_str(), 1e3 * r.optimizer_s / n, 1e3 * r.fwd_bwd_s / n, r.allreduce_bytes,
+                static_cast<long long>(r.params), static_cast<long long>(4 * r.params), r.allgather_bytes,
+                static_cast<long long>(r.matrix_params), static_cast<long long>(4 * r.matrix_params));
+  }
 }
 
 bool have_gnuplot() { return std::system("command -v gnuplot > /dev/null 2>&1") == 0; }
@@ -1088,6 +1165,20 @@ int run(Args a) {
   const std::filesystem::path out(a.out);
   std::filesystem::create_directories(out);
   if (!a.grid.empty()) return run_grid(a, d, corpus.text.size(), out);
+#if defined(MATOPT_GPT_C10D)
+  // --ranks: this process is one rank of a Gloo group (started by main's launcher).
+  std::unique_ptr<matopt::C10dCommunicator> comm;
+  if (a.ranks > 1) {
+    g_dist.rank = std::atoi(std::getenv("MATOPT_GPT_RANK"));
+    g_dist.size = a.ranks;
+    comm = std::make_unique<matopt::C10dCommunicator>(
+        matopt::make_gloo_group((out / "c10d_store").string(), g_dist.rank, g_dist.size));
+    g_dist.comm = comm.get();
+    std::printf("data parallel: rank %d of %d (c10d %s), %lld sequences of each batch of %lld\n", g_dist.rank,
+                g_dist.size, comm->group().getBackendName().c_str(), static_cast<long long>(a.batch / a.ranks),
+                static_cast<long long>(a.batch));
+  }
+#endif
 
   auto run_all = [&](const gpt::GptConfig& cfg, const std::vector<std::string>& names,
                      const std::filesystem::path& where) {
@@ -1099,13 +1190,17 @@ int run(Args a) {
                 static_cast<long long>(a.batch), static_cast<long long>(a.steps), static_cast<long long>(a.warmup),
                 static_cast<unsigned long long>(a.seed));
     std::vector<RunResult> runs;
+    const bool writer = g_dist.rank == 0;  // --ranks: rank 0 writes the outputs
     for (const auto& name : names) {
       runs.push_back(train(name, lr_of(a, name), cfg, d, a));
+      if (!writer) continue;
       write_run(where, runs.back());
       write_plans(where, runs.back());
     }
+    if (!writer) return runs;
     write_summary(where / "summary.csv", runs);
     print_table(runs);
+    if (g_dist.size > 1) write_data_parallel(where / "data_parallel.csv", runs);
     const std::string title = "d_model " + std::to_string(cfg.d_model) + ", " + std::to_string(cfg.layers) +
                               " layers, " + std::to_string(a.steps) + " steps";
     write_plots(where, runs, title);
@@ -1115,7 +1210,7 @@ int run(Args a) {
 
   if (a.sweep.empty()) {
     run_all(a.model, a.optimizers, out);
-    std::printf("CSV files and plots in %s\n", out.string().c_str());
+    if (g_dist.rank == 0) std::printf("CSV files and plots in %s\n", out.string().c_str());
     return 0;
   }
   std::vector<std::vector<RunResult>> rows;
@@ -1124,6 +1219,7 @@ int run(Args a) {
     cfg.d_model = w;
     rows.push_back(run_all(cfg, a.optimizers, out / ("d_model_" + std::to_string(w))));
   }
+  if (g_dist.rank != 0) return 0;
   write_sweep(out, rows);
   run_gnuplot(out, "sweep.gp");
   std::printf("sweep.csv, sweep_gap.csv, sweep.png in %s (each width's runs in d_model_*/)\n", out.string().c_str());
@@ -1132,8 +1228,49 @@ int run(Args a) {
 
 }  // namespace
 
+#if defined(MATOPT_GPT_C10D)
+/// --ranks N: starts N copies of this program as ranks 0..N-1 (environment MATOPT_GPT_RANK), the others' console
+/// output in --out/rank<r>.log; returns the first non-zero exit status, or 0.
+int launch(const Args& a, char** argv) {
+  const std::filesystem::path out(a.out);
+  std::filesystem::create_directories(out);
+  std::filesystem::remove(out / "c10d_store");  // a FileStore left by an interrupted run would confuse the new group
+  std::vector<pid_t> pids;
+  for (int r = 0; r < a.ranks; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("gpt: fork");
+      return 2;
+    }
+    if (pid == 0) {
+      setenv("MATOPT_GPT_RANK", std::to_string(r).c_str(), 1);
+      if (r != 0) {
+        const std::string log = (out / ("rank" + std::to_string(r) + ".log")).string();
+        if (std::freopen(log.c_str(), "w", stdout) == nullptr) std::_Exit(2);
+      }
+      execv("/proc/self/exe", argv);
+      std::perror("gpt: execv");
+      std::_Exit(127);
+    }
+    pids.push_back(pid);
+  }
+  int result = 0;
+  for (int r = 0; r < a.ranks; ++r) {
+    int status = 0;
+    waitpid(pids[std::size_t(r)], &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0) std::fprintf(stderr, "gpt: rank %d exited with status %d\n", r, code);
+    if (result == 0) result = code;
+  }
+  return result;
+}
+#endif
+
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
+#if defined(MATOPT_GPT_C10D)
+  if (args.ranks > 1 && std::getenv("MATOPT_GPT_RANK") == nullptr) return launch(args, argv);
+#endif
   try {
     return run(args);
   } catch (const std::exception& e) {
