@@ -202,9 +202,9 @@ TEST_CASE("c10d: a 2-rank TorchOptimizer step sequence equals one process on the
         // The gradients were replaced by their mean over the ranks, bitwise the single process's.
         for (std::size_t i = 0; i < dp.items.size(); ++i)
           CHECK(torch::equal(dp.items[i].second.grad(), one.items[i].second.grad()));
-        REQUIRE(same(dp, one));
-        // Traffic of one step: the agreement flags (2 + 8 doubles) and the gradients all-reduced; each rank's
-        // owned matrices gathered once.
+        CHECK(same(dp, one));
+        // Traffic of one step: the gradients all-reduced; one all-gather of the agreement record (error, finiteness,
+        // lr and weight decay of 2 groups, 8 gradient flags: 14 doubles), one of the owned matrices after a status.
         const auto t = comm.counters() - before;
         std::size_t all = 0, owned = 0;
         for (const auto& [n, p] : dp.items) {
@@ -212,8 +212,9 @@ TEST_CASE("c10d: a 2-rank TorchOptimizer step sequence equals one process on the
           if (opt.owner(n) == r) owned += std::size_t(p.numel());
         }
         const std::size_t scalar = dtype == torch::kFloat32 ? 4 : 8;
-        CHECK(t.bytes_of(matopt::CommKind::AllReduce) == (2 + 8) * 8 + all * scalar);
-        CHECK(t.bytes_of(matopt::CommKind::AllGather) == owned * scalar);
+        CHECK(t.bytes_of(matopt::CommKind::AllReduce) == all * scalar);
+        CHECK(t.bytes_of(matopt::CommKind::AllGather) == 14 * 8 + (1 + owned) * scalar);
+        CHECK(t.calls_of(matopt::CommKind::AllGather) == 2);
         CHECK(t.calls_of(matopt::CommKind::Broadcast) == 0);
       }
       // Only owned matrices keep state: effective_lr of another rank's matrix names the owner.
@@ -308,19 +309,13 @@ TEST_CASE("c10d: a refusal on one rank is refused on every rank, with nothing ch
   set_global_grads(ref, 0);
   opt.step();
   ref_opt.step();
-  REQUIRE(same(p, ref));
+  CHECK(same(p, ref));
   const Params kept = p.clone();
 
   // A float64 gradient on rank 1 only.
   set_local_grads(p, 1, r);
   if (r == 1) p.items[3].second.mutable_grad() = p.items[3].second.grad().to(torch::kFloat64);
   CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("refused on rank 1 of 2, nothing changed on any rank"),
-                       std::invalid_argument);
-  CHECK(same(p, kept));
-  // A gradient on rank 0 only.
-  set_local_grads(p, 1, r);
-  if (r == 1) p.items[2].second.mutable_grad() = torch::Tensor();
-  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("parameter 'l1.bias' has a gradient on 1 of 2 ranks"),
                        std::invalid_argument);
   CHECK(same(p, kept));
   // A non-finite value on rank 0 only: the mean is non-finite on both; refused under Throw, naming it.
@@ -332,6 +327,10 @@ TEST_CASE("c10d: a refusal on one rank is refused on every rank, with nothing ch
   set_local_grads(p, 1, r);
   if (r == 0) opt.param_groups()[0].options().set_lr(-1);
   CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("refused on rank 0 of 2"), std::invalid_argument);
+  // Another valid lr on rank 1 only (a scheduler stepped on one rank).
+  opt.param_groups()[0].options().set_lr(r == 1 ? 0.01 : 0.02);
+  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("param group 0 has lr 0.02, weight decay 0 on rank 0 but lr 0.01"),
+                       std::invalid_argument);
   opt.param_groups()[0].options().set_lr(0.02);
   CHECK(same(p, kept));
   // Still in step: the next step equals the single process's.
@@ -340,12 +339,172 @@ TEST_CASE("c10d: a refusal on one rank is refused on every rank, with nothing ch
   opt.step();
   ref_opt.step();
   CHECK(same(p, ref));
-  // Different parameters on the two ranks: refused at construction, on both.
+}
+
+TEST_CASE("c10d: construction agrees on the parameters and takes rank 0's values") {
+  matopt::C10dCommunicator comm(new_group());
+  const int r = comm.rank();
+  matopt::TorchOptions o;
+  o.communicator = &comm;
+  // Another parameter count on rank 1.
   Params q = make_params(torch::kFloat32);
   if (r == 1) q.items.pop_back();
   CHECK_THROWS_WITH_AS(matopt::TorchOptimizer(q.dict(), "muon", {}, o),
                        doctest::Contains("every rank must build the optimizer over the same parameters"),
                        std::invalid_argument);
+  // The same totals but two shapes swapped on rank 1: named.
+  Params w = make_params(torch::kFloat32);
+  if (r == 1) std::swap(w.items[1].second, w.items[3].second);  // l1.weight 24x12 <-> l2.weight 12x24
+  CHECK_THROWS_WITH_AS(matopt::TorchOptimizer(w.dict(), "muon", {}, o),
+                       doctest::Contains("is 'l1.weight' of shape ["), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(matopt::TorchOptimizer(w.dict(), "muon", {}, [&] {
+                         auto b = o;
+                         b.bucket_bytes = 0;
+                         return b;
+                       }()),
+                       doctest::Contains("bucket_bytes must be at least 8"), std::invalid_argument);
+  // Different initial values (another seed on rank 1): rank 0's everywhere after construction, so the replicas
+  // step as one process from rank 0's values.
+  Params p = make_params(torch::kFloat32);
+  const Params rank0 = p.clone();
+  if (r == 1)
+    for (auto& [n, t] : p.items) t.detach().add_(1.0);
+  matopt::TorchOptimizer opt(p.dict(), "muon", {{"lr", "0.02"}}, o);
+  CHECK(same(p, rank0));
+  Params ref = rank0.clone();
+  matopt::TorchOptimizer ref_opt(ref.dict(), "muon", {{"lr", "0.02"}});
+  set_local_grads(p, 0, r);
+  set_global_grads(ref, 0);
+  opt.step();
+  ref_opt.step();
+  CHECK(same(p, ref));
+}
+
+TEST_CASE("c10d: gradients on some ranks only, holes, tied weights, a rank that owns no matrix, Zero") {
+  matopt::C10dCommunicator comm(new_group());
+  const int r = comm.rank();
+  matopt::TorchOptions o;
+  o.communicator = &comm;
+  o.non_finite = matopt::NonFinite::Zero;
+  Params p = make_params(torch::kFloat32);
+  p.items.emplace_back("tied.weight", p.items[4].second);  // l3.weight under a second name
+  Params ref = p.clone();
+  ref.items.back().second = ref.items[4].second;
+  matopt::TorchOptimizer opt(p.dict(), "muon", {{"lr", "0.02"}}, o);
+  matopt::TorchOptimizer ref_opt(ref.dict(), "muon", {{"lr", "0.02"}}, [] {
+    matopt::TorchOptions z;
+    z.non_finite = matopt::NonFinite::Zero;
+    return z;
+  }());
+  CHECK(opt.owner("tied.weight") == opt.owner("l3.weight"));
+  for (int k = 0; k < 4; ++k) {
+    CAPTURE(k);
+    set_local_grads(p, k, r);
+    set_global_grads(ref, k);
+    if (k == 1) {  // l2.weight: a gradient on rank 0's share only; the mean counts rank 1's as zero
+      if (r == 1) p.items[3].second.mutable_grad() = torch::Tensor();
+      ref.items[3].second.mutable_grad() = local_grad(ref.items[3].second, k, 0, 3) / 2;
+    }
+    if (k == 2) {  // l1.weight: no gradient on any rank (a hole between matrices of both owners)
+      p.items[1].second.mutable_grad() = torch::Tensor();
+      ref.items[1].second.mutable_grad() = torch::Tensor();
+    }
+    if (k == 3) {  // a NaN in rank 0's l4.weight: the mean's entry is NaN, zeroed by the owner (NonFinite::Zero)
+      if (r == 0) p.items[5].second.grad()[1][1] = std::numeric_limits<float>::quiet_NaN();
+      ref.items[5].second.grad()[1][1] = std::numeric_limits<float>::quiet_NaN();
+    }
+    opt.step();
+    ref_opt.step();
+    CHECK(same(p, ref));
+  }
+  // A model with one hidden matrix: rank 1 owns none (an empty block in every gather).
+  Params one;
+  one.items = {make_params(torch::kFloat32).items[1], make_params(torch::kFloat32).items[2]};
+  Params one_ref = one.clone();
+  matopt::TorchOptimizer small(one.dict(), "muon", {{"lr", "0.02"}}, o);
+  matopt::TorchOptimizer small_ref(one_ref.dict(), "muon", {{"lr", "0.02"}});
+  CHECK(small.owner("l1.weight") == 0);
+  for (int k = 0; k < 2; ++k) {
+    set_local_grads(one, k, r);
+    set_global_grads(one_ref, k);
+    small.step();
+    small_ref.step();
+  }
+  CHECK(same(one, one_ref));
+  small.consolidate_state();
+  torch::save(small, dir() + "/small" + std::to_string(r) + ".pt");
+  // consolidate, step, save: refused again (the gathered copies are freed by the step).
+  set_local_grads(one, 2, r);
+  small.step();
+  CHECK_THROWS_WITH_AS(torch::save(small, dir() + "/small.pt"), doctest::Contains("call consolidate_state()"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("c10d: a failure in one rank's share of the step is reported on every rank, without a hang") {
+  matopt::C10dCommunicator comm(new_group());
+  const int r = comm.rank();
+  matopt::TorchOptions o;
+  o.communicator = &comm;
+  Params one;
+  one.items = {make_params(torch::kFloat32).items[1], make_params(torch::kFloat32).items[2]};
+  matopt::TorchOptimizer opt(one.dict(), "dion", {{"lr", "0.01"}}, o);  // rank 0 owns the one matrix
+  set_local_grads(one, 0, r);
+  opt.step();
+  // Dion's rank changed after its state was made: only the owner's step (rank 0's) throws.
+  opt.hybrid<float>().matrix_optimizer().set("rank_fraction", "0.5");
+  set_local_grads(one, 1, r);
+  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("rank 0 of 2 failed in its share of the step"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("c10d: average_gradients = false takes the caller's reduced gradients, and checks their finiteness agrees") {
+  matopt::C10dCommunicator comm(new_group());
+  const int r = comm.rank();
+  matopt::TorchOptions o;
+  o.communicator = &comm;
+  o.average_gradients = false;
+  Params p = make_params(torch::kFloat64), ref = p.clone();
+  matopt::TorchOptimizer opt(p.dict(), "normuon", {{"lr", "0.02"}}, o);
+  matopt::TorchOptimizer ref_opt(ref.dict(), "normuon", {{"lr", "0.02"}});
+  set_global_grads(p, 0);  // the caller's own all-reduce: every rank holds the mean
+  set_global_grads(ref, 0);
+  const auto before = comm.counters();
+  opt.step();
+  ref_opt.step();
+  CHECK(same(p, ref));
+  std::size_t all = 0;
+  for (const auto& [n, t] : p.items) all += std::size_t(t.numel());
+  CHECK((comm.counters() - before).bytes_of(matopt::CommKind::AllReduce) < all * 8);  // no gradient all-reduce
+  const Params kept = p.clone();
+  set_global_grads(p, 1);
+  if (r == 1) p.items[0].second.grad()[0][0] = std::numeric_limits<double>::infinity();
+  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("a gradient is non-finite on rank 1 but finite on others"),
+                       std::invalid_argument);
+  CHECK(same(p, kept));
+}
+
+TEST_CASE("c10d: every rank must load the same archive") {
+  matopt::C10dCommunicator comm(new_group());
+  const int r = comm.rank();
+  matopt::TorchOptions o;
+  o.communicator = &comm;
+  Params p = make_params(torch::kFloat32);
+  matopt::TorchOptimizer opt(p.dict(), "rmnp", {{"lr", "0.01"}}, o);
+  set_local_grads(p, 0, r);
+  opt.step();
+  opt.consolidate_state();
+  const std::string a = dir() + "/same_a.pt", b = dir() + "/same_b.pt";
+  if (r == 0) torch::save(opt, a);
+  set_local_grads(p, 1, r);
+  opt.step();
+  opt.consolidate_state();
+  if (r == 0) torch::save(opt, b);
+  barrier(comm);
+  const Params kept = p.clone();
+  CHECK_THROWS_WITH_AS(torch::load(opt, r == 0 ? a : b), doctest::Contains("rank 1 loaded another archive than rank 0"),
+                       std::invalid_argument);
+  torch::load(opt, a);  // the same file: fine
+  CHECK(same(p, kept));
 }
 
 TEST_CASE("c10d: NonFinite::Skip skips the step on every rank") {
@@ -367,7 +526,7 @@ TEST_CASE("c10d: NonFinite::Skip skips the step on every rank") {
 // Run alone (CTest "c10d: a rank that exits"): rank 1 exits between two steps; rank 0's next step throws a
 // CommunicationError within the group's timeout instead of hanging or terminating.
 TEST_CASE("c10d: a rank that exits mid-run makes the other throw within the timeout" * doctest::skip()) {
-  matopt::C10dCommunicator comm(new_group(3s), 3s);
+  matopt::C10dCommunicator comm(new_group(3s));
   const int r = comm.rank();
   Params p = make_params(torch::kFloat32);
   matopt::TorchOptions o;
@@ -389,6 +548,38 @@ TEST_CASE("c10d: a rank that exits mid-run makes the other throw within the time
   const bool ok = what.find("failed on rank 0 of 2 (c10d gloo)") != std::string::npos && s < 3 + 2;
   CHECK(ok);
   // The group is broken: leave without its destructor (which would wait for the dead peer's threads).
+  std::fflush(nullptr);
+  std::_Exit(ok ? 0 : 1);
+}
+
+// Run alone (CTest "c10d: a rank that stalls"): rank 1 sleeps past the group's timeout; rank 0's step throws a
+// CommunicationError after about the timeout (the wait is the group's, so Gloo never writes into a freed buffer:
+// the sanitized build would report it).
+TEST_CASE("c10d: a rank that stalls past the timeout makes the other throw after it" * doctest::skip()) {
+  matopt::C10dCommunicator comm(new_group(2s));
+  const int r = comm.rank();
+  Params p = make_params(torch::kFloat32);
+  matopt::TorchOptions o;
+  o.communicator = &comm;
+  matopt::TorchOptimizer opt(p.dict(), "muon", {{"lr", "0.02"}}, o);
+  if (r == 1) {
+    std::this_thread::sleep_for(5s);
+    std::fflush(nullptr);
+    std::_Exit(0);
+  }
+  set_local_grads(p, 0, r);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string what;
+  try {
+    opt.step();
+  } catch (const matopt::CommunicationError& e) {
+    what = e.what();
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank 0 threw after %.2f s: %s\n", s, what.c_str());
+  const bool ok = what.find("failed on rank 0 of 2 (c10d gloo)") != std::string::npos && s > 1.5 && s < 2 + 2;
+  CHECK(ok);
+  std::this_thread::sleep_for(4s);  // until rank 1 has exited: a late write into freed memory would show here
   std::fflush(nullptr);
   std::_Exit(ok ? 0 : 1);
 }

@@ -42,6 +42,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -285,6 +286,8 @@ Args parse(int argc, char** argv) {
       usage("--ranks " + std::to_string(a.ranks) + ": --batch " + std::to_string(a.batch) +
             " must be a multiple of the ranks (each takes an equal share of every batch)");
     if (!a.grid.empty()) usage("--ranks runs --optimizers and --sweep; --lr-grid runs on one process");
+    if (a.threads == 0)  // the cores shared among the ranks
+      a.threads = std::max(1, int(std::thread::hardware_concurrency()) / a.ranks);
     for (const auto& o : a.optimizers)
       if (base_of(o) == "torch_adamw")
         usage("--ranks: torch_adamw is libtorch's own AdamW, which has no data-parallel step (matopt's is 'adamw')");

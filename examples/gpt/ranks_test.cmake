@@ -3,9 +3,9 @@
 # (d_model 64, one layer, 10 steps, muon and adamw):
 #   - the final validation losses agree to 1e-3 (float rounding: each rank's loss is the mean over its half of the
 #     batch and the gradients are averaged, where one process takes the mean over the whole batch);
-#   - data_parallel.csv: per step, the all-reduce payload covers every parameter (4 bytes each, plus the agreement
-#     flags and the loss), the all-gather payload over both ranks is the matrix route's elements exactly (muon) and
-#     nothing for adamw (no matrix route);
+#   - data_parallel.csv: per step, the all-reduce payload covers every parameter (4 bytes each, plus the loss), the
+#     all-gather payload over both ranks the matrix route's elements (muon; none for adamw) plus each rank's
+#     agreement record and status (under 4 KiB);
 #   - --ranks that does not divide --batch, and --ranks with torch_adamw, are refused (exit 2).
 # Skipped (SKIP_REGULAR_EXPRESSION) without the fortunes text.
 # cmake -DGPT=path/to/gpt -DOUT=folder -P ranks_test.cmake
@@ -72,7 +72,8 @@ foreach(opt muon adamw)
   csv_value(${OUT}/two/data_parallel.csv ${opt} allgather_payload_bytes_all_ranks gathered)
   math(EXPR all_bytes "4 * ${params}")
   math(EXPR matrix_bytes "4 * ${matrix}")
-  if(NOT ranks EQUAL 2 OR reduced LESS all_bytes OR NOT gathered EQUAL matrix_bytes)
+  math(EXPR gathered_most "${matrix_bytes} + 4096")  # and each rank's agreement record and status
+  if(NOT ranks EQUAL 2 OR reduced LESS all_bytes OR gathered LESS matrix_bytes OR gathered GREATER gathered_most)
     message(FATAL_ERROR "${opt}: data_parallel.csv has ranks ${ranks}, all-reduce ${reduced} B (parameters: "
                         "${all_bytes} B), all-gather ${gathered} B (matrix route: ${matrix_bytes} B)")
   endif()

@@ -15,7 +15,7 @@ function(run)
 endfunction()
 
 set(args -DMATOPT_MODE=${MODE} -DMATOPT_SOURCE_DIR=${SOURCE_DIR} -DCMAKE_BUILD_TYPE=Debug
-         -DMATOPT_EXPECT_BLAS=${EXPECT_BLAS} -DMATOPT_EXPECT_TORCH=${EXPECT_TORCH})
+         -DMATOPT_EXPECT_BLAS=${EXPECT_BLAS} -DMATOPT_EXPECT_TORCH=${EXPECT_TORCH} -DMATOPT_EXPECT_C10D=${EXPECT_C10D})
 if(MODE STREQUAL "install_headers")
   # A header-only install (no matopt::runtime, no tests): its package config must load (it once wrote
   # `if(OFF AND )` there, and find_package failed for every consumer).

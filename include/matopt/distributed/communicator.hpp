@@ -4,7 +4,8 @@
 /// Communicator: the collectives of the sharded optimizer behind one interface (SingleProcess, MPI, NCCL backends).
 // matopt::Communicator: the collectives the sharded optimizer needs (docs/distributed.md),
 // behind one interface with backends chosen at run time: SingleProcess (here), MpiCommunicator (mpi.hpp),
-// NcclCommunicator (nccl.cuh). A communicator never owns the underlying process group.
+// NcclCommunicator (nccl.cuh), C10dCommunicator (integration/c10d.hpp). A communicator never creates, configures or
+// finalizes the underlying process group (C10dCommunicator keeps libtorch's reference-counted group alive).
 //
 // Every call is collective: all ranks of the group must make it, in the same order, with the same counts.
 // Buffers are host pointers for SingleProcess and MPI; NCCL stages host buffers through the device.
@@ -101,7 +102,7 @@ class Communicator {
   virtual int rank() const = 0;
   /// Number of processes in the group.
   virtual int size() const = 0;
-  /// The backend's name, for messages and reports ("single-process", "mpi", "nccl").
+  /// The backend's name, for messages and reports ("single-process", "mpi", "nccl", "c10d").
   virtual const char* name() const = 0;
 
   /// In place: data[i] <- sum over ranks of data[i]. Sum is not associative in floating point: the

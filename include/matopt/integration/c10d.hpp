@@ -4,14 +4,18 @@
 /// C10dCommunicator: matopt::Communicator over a libtorch c10d::ProcessGroup (target matopt::c10d).
 // matopt::C10dCommunicator: the collectives of matopt's distributed optimizers (TorchOptimizer's data-parallel step,
 // ShardedOptimizer) over libtorch's own engine, c10d::ProcessGroup: Gloo on CPUs, NCCL on GPUs behind one interface
-// (docs/distributed.md#libtorch-c10d). It holds a reference to the group; the group's creator decides its lifetime.
+// (docs/distributed.md#data-parallel-libtorch-c10d). It keeps the group alive (c10d's intrusive pointer) but never
+// configures, aborts or shuts it down: the group's creator decides its backend, timeout and lifetime.
 //
 // What each collective uses, so that it runs on Gloo as Debian's libtorch 1.13 builds it (which has no
 // reduce_scatter, no _allgather_base and no bfloat16 reductions): all_reduce is allreduce (SUM); all_gather is
 // allgather of equal-sized tensors (counts that differ are padded to the largest); reduce_scatter is an allreduce
 // of the whole buffer, of which each rank keeps its block; broadcast is broadcast. Only float32, float64 and bytes
-// move. A failed collective (a peer that exited, the timeout, the backend refusing the call) throws
-// matopt::CommunicationError on the rank that saw it, naming the call, the rank and the backend's message.
+// move. A failed collective (a peer that exited, the group's timeout, the backend refusing the call) throws
+// matopt::CommunicationError on the rank that saw it, naming the call, the rank and the backend's message. Each
+// collective waits for its work to finish or fail, never less (a wait that gave up earlier would leave the backend
+// writing into the caller's buffer later): the group's timeout (make_gloo_group's `timeout`) bounds it. After a
+// CommunicationError the group is out of step: make a new one.
 //
 // Target matopt::c10d (defined when CMake finds Torch and the gloo headers, Debian: libgloo-dev); not included by
 // <matopt/matopt.hpp>.
@@ -39,15 +43,11 @@ namespace matopt {
 /// stages its buffer through that device (written for it, not run: Debian's libtorch has no CUDA).
 class C10dCommunicator final : public Communicator {
  public:
-  /// Wraps `group`. `timeout` bounds each collective's wait (the group's own timeout applies as well);
-  /// `device` is where the collectives' tensors live (the CPU for Gloo).
-  explicit C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group,
-                            std::chrono::milliseconds timeout = std::chrono::minutes(5),
-                            torch::Device device = torch::kCPU)
-      : group_(std::move(group)), timeout_(timeout), device_(device) {
+  /// Wraps `group` (its timeout bounds every collective); `device` is where the collectives' tensors live (the CPU
+  /// for Gloo).
+  explicit C10dCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group, torch::Device device = torch::kCPU)
+      : group_(std::move(group)), device_(device) {
     if (!group_) detail::fail("matopt::C10dCommunicator", "the process group is null");
-    if (timeout_.count() <= 0)
-      detail::fail("matopt::C10dCommunicator", "timeout must be > 0 ms (got ", timeout_.count(), ")");
   }
 
   int rank() const override { return group_->getRank(); }
@@ -55,8 +55,6 @@ class C10dCommunicator final : public Communicator {
   const char* name() const override { return "c10d"; }
   /// The wrapped process group.
   c10d::ProcessGroup& group() const { return *group_; }
-  /// The bound on each collective's wait.
-  std::chrono::milliseconds timeout() const { return timeout_; }
 
  protected:
   void do_all_reduce(void* data, std::size_t n, CommType t) override {
@@ -132,9 +130,7 @@ class C10dCommunicator final : public Communicator {
   template <class Start>
   void run(const char* call, std::size_t n, Start&& start) {
     try {
-      auto work = start();
-      if (!work->wait(timeout_))
-        throw std::runtime_error("no completion within " + std::to_string(timeout_.count()) + " ms");
+      start()->wait();  // until done or failed (the group's timeout): the buffers stay valid until then
     } catch (const std::exception& e) {
       throw CommunicationError("matopt::C10dCommunicator: " + std::string(call) + " of " + std::to_string(n) +
                                " elements failed on rank " + std::to_string(rank()) + " of " +
@@ -143,7 +139,6 @@ class C10dCommunicator final : public Communicator {
   }
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
-  std::chrono::milliseconds timeout_;
   torch::Device device_;
 };
 

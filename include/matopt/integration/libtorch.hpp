@@ -264,6 +264,41 @@ class TorchOptimizer : public torch::optim::Optimizer {
   }
   /// Restores what save() wrote; throws CheckpointError and changes nothing if the archive does not fit.
   void load(torch::serialize::InputArchive& archive) override {
+    if (!distributed()) return load_local(archive);
+    // Data parallel, collective: every rank must load the same archive (then each keeps its own matrices' states).
+    std::string error;
+    std::uint64_t hash = 0;
+    try {
+      hash = archive_hash(archive);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::vector<double> record{error.empty() ? 0.0 : 1.0};
+    push_hash(record, hash);
+    const std::vector<double> all = gather_records(record);
+    throw_if_refused("matopt::TorchOptimizer::load", all, 3, error);
+    for (int r = 1; r < comm_->size(); ++r)
+      if (all[std::size_t(3 * r + 1)] != all[1] || all[std::size_t(3 * r + 2)] != all[2])
+        detail::fail("matopt::TorchOptimizer::load", "rank ", r, " loaded another archive than rank 0: every rank "
+                     "must load the same file (torch::load on every rank); nothing changed on any rank");
+    load_local(archive);
+  }
+
+ private:
+  /// The archive's matopt state, hashed (load: every rank must hold the same).
+  static std::uint64_t archive_hash(torch::serialize::InputArchive& archive) {
+    std::uint64_t h = fnv(nullptr, 0);
+    for (const char* key : {"matopt.checkpoint", "matopt.group_lr", "matopt.group_weight_decay"}) {
+      torch::Tensor t;
+      if (!archive.try_read(key, t))
+        throw CheckpointError("matopt::TorchOptimizer::load: the archive holds no matopt::TorchOptimizer state");
+      t = t.contiguous();
+      h = fnv(t.data_ptr(), std::size_t(t.numel()) * t.element_size(), h);
+    }
+    return h;
+  }
+
+  void load_local(torch::serialize::InputArchive& archive) {
     constexpr const char* where = "matopt::TorchOptimizer::load";
     torch::Tensor blob, lr, wd;
     if (!archive.try_read("matopt.checkpoint", blob) || !archive.try_read("matopt.group_lr", lr) ||
@@ -284,7 +319,6 @@ class TorchOptimizer : public torch::optim::Optimizer {
     consolidated_ = distributed();  // every rank now holds every state; the next step frees the others' again
   }
 
- private:
   struct Entry {
     std::string name;
     torch::Tensor tensor;
@@ -344,6 +378,8 @@ class TorchOptimizer : public torch::optim::Optimizer {
     comm_ = options.communicator;
     average_ = options.average_gradients;
     bucket_bytes_ = options.bucket_bytes;
+    if (bucket_bytes_ < sizeof(double))
+      detail::fail("matopt::TorchOptimizer", "bucket_bytes must be at least 8 (got ", bucket_bytes_, ")");
     if (distributed()) std::visit([&](auto& h) { plan_owners(h); }, hybrid_);
   }
 
@@ -495,7 +531,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
         if (p.scalar_type() != tensor_dtype_ || !p.device().is_cpu() || !p.is_contiguous() || p.sizes() != sizes_[i])
           detail::fail(where, "parameter '", names_[i], "' (", detail::torch_describe(p),
                        ") changed since the optimizer was built (it was ", c10::toString(tensor_dtype_), ", shape ",
-                       c10::str(sizes_[i]), ", contiguous, on the CPU); matopt steps tensors in place");
+                       c10::str(c10::IntArrayRef(sizes_[i])), ", contiguous, on the CPU); matopt steps tensors in place");
         rebound_.push_back(i);
       }
       const torch::Tensor& g = p.grad();
@@ -539,35 +575,87 @@ class TorchOptimizer : public torch::optim::Optimizer {
 
   bool distributed() const { return comm_ != nullptr && comm_->size() > 1; }
 
-  /// Every rank checks that the others hold the same parameters, then plans the matrices' owners (each rank
+  /// FNV-1a, 64 bits, continued from `h`.
+  static std::uint64_t fnv(const void* data, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t k = 0; k < n; ++k) h = (h ^ p[k]) * 1099511628211ull;
+    return h;
+  }
+  /// A 64-bit value as two doubles (32-bit halves: exact).
+  static void push_hash(std::vector<double>& v, std::uint64_t h) {
+    v.push_back(double(h >> 32));
+    v.push_back(double(h & 0xffffffffull));
+  }
+
+  /// Collective: every rank's `record` (the same length on every rank), rank after rank.
+  std::vector<double> gather_records(const std::vector<double>& record) {
+    const auto n = std::size_t(comm_->size());
+    std::vector<double> all(n * record.size());
+    comm_->all_gather(record.data(), all.data(), std::vector<std::size_t>(n, record.size()));
+    return all;
+  }
+
+  /// Collective, after gather_records: record[0] != 0 marks a rank whose local checks failed with `error`; then every
+  /// rank throws the lowest such rank's message (it broadcasts it), with nothing changed on any rank.
+  void throw_if_refused(const char* where, const std::vector<double>& all, std::size_t length, const std::string& error) {
+    const int n = comm_->size(), me = comm_->rank();
+    for (int r = 0; r < n; ++r)
+      if (all[std::size_t(r) * length] != 0) {
+        double size = r == me ? double(error.size()) : 0;
+        comm_->broadcast(&size, 1, r);
+        std::string text(std::size_t(size), '\0');
+        if (r == me) text = error;
+        comm_->broadcast(reinterpret_cast<std::byte*>(text.data()), text.size(), r);
+        detail::fail(where, "refused on rank ", r, " of ", n, ", nothing changed on any rank: ", text);
+      }
+  }
+
+  /// Construction, collective: every rank checks that all hold the same parameters (names, shapes, routes, dtype, in
+  /// the same order), takes rank 0's values (as DistributedDataParallel does), plans the matrices' owners (every rank
   /// computes the same plan) and frees the state of the matrices it does not own.
   template <class T>
   void plan_owners(HybridOptimizer<T>& h) {
     constexpr const char* where = "matopt::TorchOptimizer";
-    // What every rank must agree on: the parameter count, the elements, the routes, the scalar type.
-    double shape[4] = {double(names_.size()), 0, 0, double(sizeof(T))};
-    for (std::size_t i = 0; i < names_.size(); ++i) {
-      shape[1] += double(tensors_[i].numel());
-      if (h.route(i) == Route::Matrix) shape[2] += double(i + 1);
-    }
-    const int n = comm_->size();
-    std::vector<double> all(std::size_t(4 * n));
-    comm_->all_gather(shape, all.data(), std::vector<std::size_t>(std::size_t(n), 4));
+    const int n = comm_->size(), me = comm_->rank();
+    const std::size_t count = names_.size();
+    const std::vector<double> counts = gather_records({double(count)});
     for (int r = 0; r < n; ++r)
-      if (!std::equal(shape, shape + 4, all.begin() + 4 * r))
-        detail::fail(where, "rank ", comm_->rank(), " holds ", shape[0], " parameters of ", shape[1],
-                     " elements but rank ", r, " holds ", all[std::size_t(4 * r)], " of ", all[std::size_t(4 * r + 1)],
-                     " (or routes or dtypes differ): every rank must build the optimizer over the same parameters");
+      if (counts[std::size_t(r)] != double(count))
+        detail::fail(where, "rank ", me, " holds ", count, " parameters but rank ", r, " holds ",
+                     counts[std::size_t(r)], ": every rank must build the optimizer over the same parameters");
+    std::vector<double> mine;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint64_t k = fnv(names_[i].data(), names_[i].size());
+      k = fnv(sizes_[i].data(), sizes_[i].size() * sizeof(std::int64_t), k);
+      const auto route = std::uint8_t(h.route(i));
+      k = fnv(&route, 1, k);
+      const auto bytes = std::uint8_t(sizeof(T));
+      push_hash(mine, fnv(&bytes, 1, k));
+    }
+    const std::vector<double> all = gather_records(mine);
+    for (std::size_t i = 0; i < count; ++i)
+      for (int r = 0; r < n; ++r)
+        if (all[std::size_t(r) * 2 * count + 2 * i] != mine[2 * i] ||
+            all[std::size_t(r) * 2 * count + 2 * i + 1] != mine[2 * i + 1])
+          detail::fail(where, "parameter ", i, " is '", names_[i], "' of shape ", c10::str(c10::IntArrayRef(sizes_[i])), ", ",
+                       h.route(i) == Route::Matrix ? "matrix" : "AdamW", " route, on rank ", me,
+                       ", but another name, shape, route or dtype on rank ", r,
+                       ": every rank must build the optimizer over the same parameters, in the same order");
+    for (std::size_t i = 0; i < count; ++i) {  // rank 0's values everywhere
+      if (tensors_[i].numel() == 0) continue;
+      comm_->broadcast(static_cast<T*>(tensors_[i].data_ptr()), std::size_t(tensors_[i].numel()), 0);
+      torch::autograd::impl::bump_version(tensors_[i]);
+    }
     std::vector<std::size_t> matrices;
     std::vector<double> costs;
-    for (std::size_t i = 0; i < names_.size(); ++i)
+    for (std::size_t i = 0; i < count; ++i)
       if (h.route(i) == Route::Matrix) {
         matrices.push_back(i);
         const auto v = detail::torch_view<T>(tensors_[i]);
         costs.push_back(h.matrix_optimizer().cost(v.rows, v.cols));
       }
     const ShardPlan plan = ShardPlan::greedy(costs, n);
-    owner_.assign(names_.size(), -1);
+    owner_.assign(count, -1);
     for (std::size_t k = 0; k < matrices.size(); ++k) owner_[matrices[k]] = plan.owner[k];
     release_others(h);
   }
@@ -579,40 +667,68 @@ class TorchOptimizer : public torch::optim::Optimizer {
     consolidated_ = false;
   }
 
-  /// Collective: every rank learns whether any rank's checks failed (then all throw the lowest failing rank's
-  /// message, nothing changed) and whether a parameter has a gradient on some ranks but not on others.
-  void agree(const std::string& error) {
+  /// step(), collective, before anything changes: every rank learns whether any rank's checks failed (then all
+  /// throw its message), whether the param groups' lr and weight decay agree, which parameters have a gradient on
+  /// some ranks only (the others count it as zero, as DistributedDataParallel's find_unused_parameters does), and,
+  /// without averaging, whether the gradients' finiteness agrees. Returns whether every gradient is finite
+  /// (meaningful without averaging only).
+  template <class T>
+  bool agree(const std::string& error, std::vector<MatrixView<const T>>& grads) {
     constexpr const char* where = "matopt::TorchOptimizer::step";
     const int n = comm_->size(), me = comm_->rank();
-    std::vector<double> flags(std::size_t(n) + tensors_.size(), 0.0);
-    if (!error.empty()) flags[std::size_t(me)] = 1;
-    else
-      for (std::size_t i : indices_) flags[std::size_t(n) + i] = 1;
-    comm_->all_reduce(flags.data(), flags.size());
-    for (int r = 0; r < n; ++r)
-      if (flags[std::size_t(r)] != 0) {
-        double length = r == me ? double(error.size()) : 0;
-        comm_->broadcast(&length, 1, r);
-        std::string text(std::size_t(length), '\0');
-        if (r == me) text = error;
-        comm_->broadcast(reinterpret_cast<std::byte*>(text.data()), text.size(), r);
-        detail::fail(where, "refused on rank ", r, " of ", n, ", nothing changed on any rank: ", text);
+    const std::size_t groups = param_groups_.size(), count = tensors_.size();
+    // [error, non-finite, (lr, weight decay) per group, has-gradient per parameter]
+    const std::size_t length = 2 + 2 * groups + count;
+    std::vector<double> record(length, 0.0);
+    record[0] = error.empty() ? 0 : 1;
+    if (error.empty()) {
+      if (!average_)
+        for (const auto& g : grads)
+          if (!detail::with_map(g, [](const auto& m) { return detail::all_finite(m); })) record[1] = 1;
+      for (std::size_t g = 0; g < groups; ++g) {
+        record[2 + 2 * g] = options(g).lr();
+        record[3 + 2 * g] = options(g).weight_decay();
       }
-    for (std::size_t i = 0; i < tensors_.size(); ++i) {
-      const double with = flags[std::size_t(n) + i];
-      if (with != 0 && with != n)
-        detail::fail(where, "parameter '", names_[i], "' has a gradient on ", with, " of ", n,
-                     " ranks: every rank must have one, or none; nothing changed on any rank");
+      for (std::size_t i : indices_) record[2 + 2 * groups + i] = 1;
     }
+    const std::vector<double> all = gather_records(record);
+    throw_if_refused(where, all, length, error);
+    auto at = [&](int r, std::size_t k) { return all[std::size_t(r) * length + k]; };
+    for (std::size_t g = 0; g < groups; ++g)
+      for (int r = 1; r < n; ++r)
+        if (at(r, 2 + 2 * g) != at(0, 2 + 2 * g) || at(r, 3 + 2 * g) != at(0, 3 + 2 * g))
+          detail::fail(where, "param group ", g, " has lr ", at(0, 2 + 2 * g), ", weight decay ", at(0, 3 + 2 * g),
+                       " on rank 0 but lr ", at(r, 2 + 2 * g), ", weight decay ", at(r, 3 + 2 * g), " on rank ", r,
+                       ": every rank must step with the same options (a scheduler on every rank); nothing changed");
+    bool some_missing = false;
+    for (std::size_t i = 0; i < count; ++i) {
+      double with = 0;
+      for (int r = 0; r < n; ++r) with += at(r, 2 + 2 * groups + i);
+      if (with != 0 && with != n && at(me, 2 + 2 * groups + i) == 0) {
+        tensors_[i].mutable_grad() = torch::zeros_like(tensors_[i]);  // this rank's share of the batch missed it
+        some_missing = true;
+      }
+    }
+    if (some_missing) collect(grads);  // again, with the zero gradients in their places
+    double finite_ranks = 0;
+    for (int r = 0; r < n; ++r) finite_ranks += at(r, 1) == 0 ? 1 : 0;
+    if (!average_ && finite_ranks != 0 && finite_ranks != n)
+      for (int r = 0; r < n; ++r)
+        if (at(r, 1) != 0)
+          detail::fail(where, "a gradient is non-finite on rank ", r, " but finite on others: with average_gradients"
+                       " = false every rank must hold the same (already reduced) gradients; nothing changed");
+    return finite_ranks == n;
   }
 
   /// The gradients <- their mean over the ranks, in buckets of bucket_bytes_ (parameters in matopt's order), written
   /// back into the gradient tensors (as DistributedDataParallel leaves them).
   template <class T>
   void average(const std::vector<MatrixView<const T>>& grads) {
-    const std::size_t bucket = std::max<std::size_t>(1, bucket_bytes_ / sizeof(T));
+    std::size_t total = 0;
+    for (const auto& g : grads) total += std::size_t(g.rows * g.cols);
+    const std::size_t bucket = std::max<std::size_t>(1, std::min(total, bucket_bytes_ / sizeof(T)));
     const T ranks = T(comm_->size());
-    std::vector<T>& buf = bucket_buffer<T>();
+    std::vector<T>& buf = buffer<T>(0);
     buf.resize(bucket);
     struct Piece {
       T* data;
@@ -647,14 +763,16 @@ class TorchOptimizer : public torch::optim::Optimizer {
     flush();
   }
 
+  /// Work buffers per scalar type: 0 the gradient buckets, then the owned weights sent; 1 the weights received.
   template <class T>
-  std::vector<T>& bucket_buffer() {
-    if constexpr (std::is_same_v<T, float>) return buffer_f_;
-    else return buffer_d_;
+  std::vector<T>& buffer(int which) {
+    if constexpr (std::is_same_v<T, float>) return which == 0 ? buffer_f_ : received_f_;
+    else return which == 0 ? buffer_d_ : received_d_;
   }
 
   template <class T>
   void step_distributed(HybridOptimizer<T>& h) {
+    constexpr const char* where = "matopt::TorchOptimizer::step";
     std::vector<MatrixView<const T>> grads;
     std::string error;
     try {
@@ -663,16 +781,17 @@ class TorchOptimizer : public torch::optim::Optimizer {
     } catch (const std::exception& e) {
       error = e.what();
     }
-    agree(error);  // throws on every rank if any rank refused
+    const bool all_finite_unaveraged = agree(error, grads);  // throws on every rank if any rank refused
     rebind(h);
     if (average_) average(grads);
     if (consolidated_) release_others(h);
     // The gradients are now the same on every rank, and so is the non-finite decision: under Throw and Skip a
     // non-finite gradient anywhere throws (naming it) or skips the step on every rank, before any change.
     if (h.options().non_finite != NonFinite::Zero) {
-      bool finite = true;
-      for (const auto& g : grads)
-        finite = finite && detail::with_map(g, [](const auto& m) { return detail::all_finite(m); });
+      bool finite = average_ ? true : all_finite_unaveraged;
+      if (average_)
+        for (const auto& g : grads)
+          finite = finite && detail::with_map(g, [](const auto& m) { return detail::all_finite(m); });
       if (!finite) {
         h.step(indices_, grads);  // throws (Throw) or counts the skip (Skip): checked before any state is read
         return;
@@ -682,7 +801,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
     const int me = comm_->rank(), n = comm_->size();
     local_.clear();
     std::vector<MatrixView<const T>> local_grads;
-    std::vector<std::size_t> counts(std::size_t(n), 0);
+    std::vector<std::size_t> counts(std::size_t(n), 1);  // each rank's block: its status, then its matrices
     for (std::size_t k = 0; k < indices_.size(); ++k) {
       const std::size_t i = indices_[k];
       if (owner_[i] < 0 || owner_[i] == me) {
@@ -691,28 +810,41 @@ class TorchOptimizer : public torch::optim::Optimizer {
       }
       if (owner_[i] >= 0) counts[std::size_t(owner_[i])] += std::size_t(tensors_[i].numel());
     }
-    h.step(local_, local_grads);
-    // The updated matrices, owners' in parameter order, to every rank.
-    std::vector<T>& send = bucket_buffer<T>();
-    send.clear();
-    for (std::size_t i : indices_)
-      if (owner_[i] == me) {
-        const T* p = static_cast<const T*>(tensors_[i].data_ptr());
-        send.insert(send.end(), p, p + tensors_[i].numel());
-      }
+    std::string failed;
+    try {
+      h.step(local_, local_grads);
+    } catch (const std::exception& e) {
+      failed = e.what();
+    }
+    // The updated matrices, owners' in parameter order, to every rank; each block starts with its rank's status.
+    std::vector<T>& send = buffer<T>(0);
+    send.assign(1, failed.empty() ? T(0) : T(1));
+    if (failed.empty())
+      for (std::size_t i : indices_)
+        if (owner_[i] == me) {
+          const T* p = static_cast<const T*>(tensors_[i].data_ptr());
+          send.insert(send.end(), p, p + tensors_[i].numel());
+        }
+    send.resize(counts[std::size_t(me)]);
     std::size_t total = 0;
     for (std::size_t c : counts) total += c;
-    gathered_.resize(total * sizeof(T));
-    T* recv = reinterpret_cast<T*>(gathered_.data());
-    comm_->all_gather(send.data(), recv, counts);
+    std::vector<T>& recv = buffer<T>(1);
+    recv.resize(total);
+    comm_->all_gather(send.data(), recv.data(), counts);
     std::vector<std::size_t> offset(std::size_t(n), 0);
     for (int r = 1; r < n; ++r) offset[std::size_t(r)] = offset[std::size_t(r - 1)] + counts[std::size_t(r - 1)];
+    for (int r = 0; r < n; ++r)
+      if (recv[offset[std::size_t(r)]] != T(0))
+        detail::fail(where, "rank ", r, " of ", n, " failed in its share of the step",
+                     r == me ? ": " + failed : std::string(" (its message is on that rank)"),
+                     "; the other ranks stepped theirs, so the replicas may now differ: restore a checkpoint");
+    for (int r = 0; r < n; ++r) ++offset[std::size_t(r)];  // past the status
     for (std::size_t i : indices_) {
       if (owner_[i] < 0) continue;
       std::size_t& at = offset[std::size_t(owner_[i])];
-      const auto count = std::size_t(tensors_[i].numel());
-      if (owner_[i] != me) std::copy(recv + at, recv + at + count, static_cast<T*>(tensors_[i].data_ptr()));
-      at += count;
+      const auto size = std::size_t(tensors_[i].numel());
+      if (owner_[i] != me) std::copy(recv.data() + at, recv.data() + at + size, static_cast<T*>(tensors_[i].data_ptr()));
+      at += size;
     }
     bump_versions();
   }
@@ -726,9 +858,7 @@ class TorchOptimizer : public torch::optim::Optimizer {
     for (std::size_t i = 0; i < owner_.size(); ++i)
       if (owner_[i] == me) h.write_state(i, w);
     const std::string& mine = w.data();
-    const double size = double(mine.size());
-    std::vector<double> sizes(static_cast<std::size_t>(n));
-    comm_->all_gather(&size, sizes.data(), std::vector<std::size_t>(std::size_t(n), 1));
+    const std::vector<double> sizes = gather_records({double(mine.size())});
     std::vector<std::size_t> counts(static_cast<std::size_t>(n));
     std::size_t total = 0;
     for (int r = 0; r < n; ++r) total += counts[std::size_t(r)] = std::size_t(sizes[std::size_t(r)]);
@@ -763,9 +893,8 @@ class TorchOptimizer : public torch::optim::Optimizer {
   std::vector<int> owner_;               // per parameter: its owner rank, -1 for the replicated vector route
   bool consolidated_ = false;            // every rank holds every state (consolidate_state, load)
   std::vector<std::size_t> local_;       // step: this rank's share of indices_
-  std::vector<float> buffer_f_;          // gradient buckets, then the owned weights
-  std::vector<double> buffer_d_;
-  std::vector<unsigned char> gathered_;  // the gathered weights
+  std::vector<float> buffer_f_, received_f_;  // buffer<T>(): gradient buckets and owned weights; gathered weights
+  std::vector<double> buffer_d_, received_d_;
 };
 
 }  // namespace matopt
