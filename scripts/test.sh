@@ -7,8 +7,8 @@
 #   1. build-suites/  the doctest suites (MATOPT_TEST_SET=suites): Clang, -O0, AddressSanitizer and
 #                     UndefinedBehaviorSanitizer, C++20, Eigen's own GEMM engine (matopt's tiled products under the
 #                     sanitizers): the math against golden data and closed forms, policies, checkpoints, facade,
-#                     hybrid, Thrust on the CPU, MPI, libtorch, the examples' own code; the checkpoint loader's
-#                     libFuzzer target, replaying its committed corpus.
+#                     hybrid, Thrust on the CPU, MPI, libtorch, c10d (2 processes), the examples' own code; the
+#                     checkpoint loader's libFuzzer target, replaying its committed corpus.
 #   2. build/         the library as users build it (MATOPT_TEST_SET=library): the default compiler (GCC), C++17,
 #                     Release, -Werror: every public header on its own, matopt::runtime, the examples and their
 #                     runs, the allocation tests, the engines' Newton–Schulz against a plain reference and

@@ -692,7 +692,8 @@ void write_data_parallel(const std::filesystem::path& file, const std::vector<Ru
   for (const auto& r : runs) {
     const double n = double(r.steps_run);
     f << r.optimizer << ',' << r.ranks << ',' << r.steps_run << ',' << r.optimizer_s / n << ',' << r.fwd_bwd_s / n << ','
-      << r.params << ',' << r.matrix_params << ',' << r.allreduce_bytes << ',' << r.allgather_bytes << '\n';
+      << r.params << ',' << r.matrix_params << ',' << std::llround(r.allreduce_bytes) << ','
+      << std::llround(r.allgather_bytes) << '\n';
     std::printf("%-12s optimizer %.1f ms, fwd/bwd %.1f ms; all-reduce %.0f B per rank (4 x %lld parameters = %lld), "
                 "all-gather %.0f B over all ranks (4 x %lld matrix elements = %lld)\n",
                 r.optimizer.c_str(), 1e3 * r.optimizer_s / n, 1e3 * r.fwd_bwd_s / n, r.allreduce_bytes,

@@ -98,7 +98,8 @@ struct TorchOptions {
   /// Data parallel (`docs/distributed.md#data-parallel-libtorch-c10d`): the processes whose step this is, e.g. a
   /// C10dCommunicator over a c10d process group (any matopt::Communicator works); it must outlive the optimizer.
   /// nullptr or a group of one: this process alone. Every rank builds the optimizer over the same parameters in the
-  /// same order, and calls step(), consolidate_state() and torch::load together.
+  /// same order (construction checks it, and takes rank 0's values), and calls step(), consolidate_state() and
+  /// torch::load together.
   Communicator* communicator = nullptr;
   /// With a communicator: step() first replaces every gradient by its mean over the ranks (false: the caller has
   /// already reduced them, e.g. by its own all-reduce).
@@ -155,8 +156,10 @@ MatrixView<T> torch_view(const Tensor& t) {
 /// cost model (ShardPlan::greedy over AnyOptimizer::cost: m n min(m, n) for orthogonalization), which alone keeps
 /// its optimizer state (ZeRO-1, arXiv 1910.02054); the updated matrices reach every rank in one all-gather. The
 /// vector route (AdamW or Lion) is stepped on every rank, replicated: its state is O(parameters) and its step
-/// elementwise, so sharding it would trade a second gather for little memory. Any refusal (a bad gradient, a
-/// gradient on some ranks but not others) is agreed first and thrown on every rank with nothing changed.
+/// elementwise, so sharding it would trade a second gather for little memory. Construction checks that every rank
+/// holds the same parameters and takes rank 0's values. Any refusal (a bad gradient or option on one rank, group
+/// options that differ) is agreed first and thrown on every rank with nothing changed; a gradient present on some
+/// ranks only counts as zero on the others.
 /// Checkpoints: consolidate_state() on every rank gathers the state; then torch::save on one rank writes the
 /// single-process format, which loads on any number of ranks, or into a TorchOptimizer without a communicator.
 class TorchOptimizer : public torch::optim::Optimizer {
