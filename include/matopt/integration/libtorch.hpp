@@ -578,11 +578,12 @@ class TorchOptimizer : public torch::optim::Optimizer {
 
   bool distributed() const { return comm_ != nullptr && comm_->size() > 1; }
 
-  /// FNV-1a, 64 bits, continued from `h`.
-  static std::uint64_t fnv(const void* data, std::size_t n, std::uint64_t h = 1469598103934665603ull) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (std::size_t k = 0; k < n; ++k) h = (h ^ p[k]) * 1099511628211ull;
-    return h;
+  /// FNV-1a (the checkpoints' checksum) of n bytes, continuing `h` when given.
+  static std::uint64_t fnv(const void* data, std::size_t n) {
+    return detail::fnv1a64(static_cast<const char*>(data), n);
+  }
+  static std::uint64_t fnv(const void* data, std::size_t n, std::uint64_t h) {
+    return detail::fnv1a64(static_cast<const char*>(data), n, h);
   }
   /// A 64-bit value as two doubles (32-bit halves: exact).
   static void push_hash(std::vector<double>& v, std::uint64_t h) {

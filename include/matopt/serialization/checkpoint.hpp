@@ -48,8 +48,8 @@ namespace detail {
 inline constexpr char checkpoint_magic[8] = {'M', 'A', 'T', 'O', 'P', 'T', 'C', 'K'};
 inline constexpr std::size_t checkpoint_header_bytes = 40;
 
-inline std::uint64_t fnv1a64(const char* p, std::size_t n) {
-  std::uint64_t h = 14695981039346656037ull;
+/// FNV-1a, 64 bits, of n bytes; `h` continues an earlier hash (default: the offset basis, a new hash).
+inline std::uint64_t fnv1a64(const char* p, std::size_t n, std::uint64_t h = 14695981039346656037ull) {
   for (std::size_t i = 0; i < n; ++i) {
     h ^= static_cast<unsigned char>(p[i]);
     h *= 1099511628211ull;
