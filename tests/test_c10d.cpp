@@ -103,6 +103,14 @@ void set_global_grads(Params& p, int k) {
   }
 }
 
+/// Step k of both runs: the data-parallel one from this rank's share, the single process from the mean.
+void step_both(Params& dp, matopt::TorchOptimizer& opt, Params& one, matopt::TorchOptimizer& ref, int k, int r) {
+  set_local_grads(dp, k, r);
+  set_global_grads(one, k);
+  opt.step();
+  ref.step();
+}
+
 bool same(const Params& a, const Params& b) {
   for (std::size_t i = 0; i < a.items.size(); ++i)
     if (!torch::equal(a.items[i].second, b.items[i].second)) {
@@ -307,10 +315,7 @@ TEST_CASE("c10d: a refusal on one rank is refused on every rank, with nothing ch
   o.communicator = &comm;
   matopt::TorchOptimizer opt(p.dict(), "muon", {{"lr", "0.02"}}, o);
   matopt::TorchOptimizer ref_opt(ref.dict(), "muon", {{"lr", "0.02"}});
-  set_local_grads(p, 0, r);
-  set_global_grads(ref, 0);
-  opt.step();
-  ref_opt.step();
+  step_both(p, opt, ref, ref_opt, 0, r);
   CHECK(same(p, ref));
   const Params kept = p.clone();
 
@@ -336,10 +341,7 @@ TEST_CASE("c10d: a refusal on one rank is refused on every rank, with nothing ch
   opt.param_groups()[0].options().set_lr(0.02);
   CHECK(same(p, kept));
   // Still in step: the next step equals the single process's.
-  set_local_grads(p, 1, r);
-  set_global_grads(ref, 1);
-  opt.step();
-  ref_opt.step();
+  step_both(p, opt, ref, ref_opt, 1, r);
   CHECK(same(p, ref));
 }
 
@@ -375,10 +377,7 @@ TEST_CASE("c10d: construction agrees on the parameters and takes rank 0's values
   CHECK(same(p, rank0));
   Params ref = rank0.clone();
   matopt::TorchOptimizer ref_opt(ref.dict(), "muon", {{"lr", "0.02"}});
-  set_local_grads(p, 0, r);
-  set_global_grads(ref, 0);
-  opt.step();
-  ref_opt.step();
+  step_both(p, opt, ref, ref_opt, 0, r);
   CHECK(same(p, ref));
 }
 
@@ -427,10 +426,7 @@ TEST_CASE("c10d: gradients on some ranks only, holes, tied weights, a rank that 
   matopt::TorchOptimizer small_ref(one_ref.dict(), "muon", {{"lr", "0.02"}});
   CHECK(small.owner("l1.weight") == 0);
   for (int k = 0; k < 2; ++k) {
-    set_local_grads(one, k, r);
-    set_global_grads(one_ref, k);
-    small.step();
-    small_ref.step();
+    step_both(one, small, one_ref, small_ref, k, r);
   }
   CHECK(same(one, one_ref));
   small.consolidate_state();
