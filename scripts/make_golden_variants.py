@@ -48,6 +48,10 @@ Jordan coefficients K5 or the per-step quintic coefficients Q5; scale(m, n) = ma
     M += G; B = M (m >= n) or M^T; P = QR(B Q).Q; R = B^T P; M -= (1 - mu) P R^T (in W's orientation);
     Q = R / (|R|_col + 1e-8); W = W (1 - lr wd) - lr sqrt(m/n) P Q^T; mu 0.95, lr 0.01, wd 0.01. Its own
     data (dion_data/...) and starting Q (.../Q0, randn), from a second generator.
+  * rmnp_reference: microsoft/dion rmnp.py with its defaults (arXiv 2603.20527): M = mu M + G (no Nesterov),
+    D_i = M_i / max(|M_i|, 1e-12) (dion: M_i / (|M_i| + 1e-8), on M rounded to bfloat16; docs/optimizers/
+    rmnp_reference.md), no lr adjustment, W = W (1 - lr wd) - lr D; mu 0.95, lr 0.01, wd 0.01. Written last, for
+    tall, wide and square (their data above).
   * lion: google/automl lion_pytorch.py: W *= 1 - lr wd; W -= lr sign(b1 M + (1 - b1) g);
     M = b2 M + (1 - b2) g.
 
@@ -323,6 +327,12 @@ def dion(W, G, state, lr=0.01, wd=0.01, mu=0.95, eps=1e-8):
     return W * (1 - lr * wd) - lr * (m / n) ** 0.5 * D
 
 
+def rmnp_reference(W, G, state, lr=0.01, wd=0.01, mu=0.95):
+    M = state.setdefault("M", torch.zeros_like(G))
+    M.mul_(mu).add_(G)
+    return W * (1 - lr * wd) - lr * F.normalize(M, dim=-1, eps=1e-12)
+
+
 VARIANTS = {
     "muon_cautious": muon_cautious,
     "muon_independent": muon_independent,
@@ -438,6 +448,10 @@ def main(path):
         write_data(out, "square", w0, grads)
         write_variants(out, "square", w0, grads, {**VARIANTS, **ROW_BLOCK_MOMENTS})
         write_dion(out, "square", *SQUARE, gen_square)
+        # Added after the square blocks: RMNP as microsoft/dion runs it, on the data above.
+        data["square"] = (w0, grads)
+        for shape_name in ("tall", "wide", "square"):
+            write_variants(out, shape_name, *data[shape_name], {"rmnp_reference": rmnp_reference})
 
 
 if __name__ == "__main__":

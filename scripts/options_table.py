@@ -22,7 +22,7 @@ matrix = [l for l in presets if l not in ("adamw", "lion")]
 # key -> (values / default, meaning, doc link)
 D = {
  "lr": ("number > 0; preset default", "the learning rate η", "optimizers.md#shared-options"),
- "momentum": ("[0, 1); 0.95", "β of the momentum (no effect under Dion, whose momentum is `mu`)", "optimizers.md#shared-options"),
+ "momentum": ("[0, 1); 0.95", "β of the momentum (refused by Dion, whose momentum is `mu`)", "optimizers.md#shared-options"),
  "nesterov": ("boolean; the preset's", "the Nesterov form of the momentum", "optimizers.md#shared-options"),
  "weight_decay": ("number ≥ 0; preset default", "λ (decoupled, except OrScale's coupled trust ratio)", "optimizers.md#shared-options"),
  "non_finite": ("`throw` (default), `skip`, `zero`", "what a gradient holding inf or NaN does", "api.md#non-finite-gradients"),
@@ -81,8 +81,11 @@ def accepted(k):
     names = [l for l in presets if k in keys_of[l]]
     comps = [l.replace(" composition", "") for l in order if "composition" in l and k in keys_of[l]
              and not any(k in keys_of[p] for p in presets)]
+    lacking = [m for m in matrix if m not in names]
     if names and set(matrix) <= set(names) and set(names) <= set(matrix):
         s = "every matrix preset"
+    elif names and set(names) <= set(matrix) and len(lacking) == 1:
+        s = f"every matrix preset but `{lacking[0]}`"
     elif names and set(names) == set(presets):
         s = "every optimizer"
     else:

@@ -7,7 +7,7 @@
 #include <Eigen/Core>
 #include <Eigen/SVD>
 
-#include "matopt/core/engine.hpp"
+#include "matopt/core/detail/engine.hpp"
 
 #define MATOPT_TEST_KERNELS(EXTERN)                                                                     \
   EXTERN template class Eigen::BDCSVD<Eigen::MatrixXf>;   /* ExactPolar<float> */                       \
@@ -17,7 +17,7 @@
   MATOPT_TEST_ENGINE(EXTERN, float, Eigen::RowMajor)                                                    \
   MATOPT_TEST_ENGINE(EXTERN, double, Eigen::ColMajor)                                                   \
   MATOPT_TEST_ENGINE(EXTERN, double, Eigen::RowMajor)
-// The engine's products (core/engine.hpp), whichever engine the build uses.
+// The engine's products (core/detail/engine.hpp), whichever engine the build uses.
 #define MATOPT_TEST_ENGINE(EXTERN, T, O)                                                                   \
   EXTERN template void matopt::detail::gemm<T, O>(T, const matopt::detail::DenseMap<T, O>&,                \
                                                   const matopt::detail::DenseMap<T, O>&, T,               \

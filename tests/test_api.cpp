@@ -269,6 +269,37 @@ TEST_CASE("facade: build presets by name with key/value options") {
                        std::invalid_argument);
 }
 
+TEST_CASE("facade: the preset table names every preset once, in order, and builds each by its name") {
+  CHECK(optimizer_names ==
+        "muon, moonlight_muon, rmnp, rmnp_reference, colnorm, orscale, normuon, adamuon, namo, polargrad, turbo_muon, "
+        "dion, adamw, lion");
+  const std::vector<std::pair<const char*, const char*>> presets{
+      {"muon", "matopt::Muon"},           {"moonlight_muon", "matopt::MoonlightMuon"},
+      {"rmnp", "matopt::RMNP"},           {"rmnp_reference", "matopt::RMNPReference"},
+      {"colnorm", "matopt::ColNorm"},     {"orscale", "matopt::OrScale"},
+      {"normuon", "matopt::NorMuon"},     {"adamuon", "matopt::AdaMuon"},
+      {"namo", "matopt::NAMO"},           {"polargrad", "matopt::PolarGrad"},
+      {"turbo_muon", "matopt::TurboMuon"}, {"dion", "matopt::Dion"},
+      {"adamw", "matopt::AdamW"},         {"lion", "matopt::Lion"}};
+  for (const auto& preset : presets) {
+    CAPTURE(preset.first);
+    CHECK(make_optimizer<float>(preset.first).name() == preset.second);
+    CHECK(make_optimizer<double>(preset.first).name() == preset.second);
+  }
+  // A row selected by an option ("muon?ns_steps=auto") and the plain row of the same name.
+  CHECK(make_optimizer<float>("muon", {{"ns_steps", "auto"}}).name() == "matopt::MuonAutoSteps");
+  CHECK(make_optimizer<float>("muon", {{"ns_steps", "4"}}).name() == "matopt::Muon");
+  // The table's defaults: dion's rmnp.py (lr 0.01, weight decay 0.01, no Nesterov).
+  auto reference = make_optimizer<double>("rmnp_reference");
+  CHECK(reference.lr() == 0.01);
+  CHECK(reference.weight_decay() == 0.01);
+  CHECK(RMNPReference<double>::Options{}.nesterov == false);
+  CHECK(make_optimizer<double>("moonlight_muon").weight_decay() == 0.1);
+  // The part of a name before '?' is not a name of its own, nor is the selector.
+  CHECK_THROWS_WITH_AS(make_optimizer<float>("muon?ns_steps=auto"),
+                       doctest::Contains(("(known: " + optimizer_names + ")").c_str()), std::invalid_argument);
+}
+
 TEST_CASE("facade: muon with ns_steps=auto is MuonAutoSteps, and a state's fields read by path") {
   auto opt = make_optimizer<double>("muon", {{"ns_steps", "auto"}, {"ns_plan_every", "3"}, {"ns_plan_quantile", "0.1"}});
   CHECK(opt.name() == "matopt::MuonAutoSteps");

@@ -10,7 +10,7 @@
 #include <limits>
 #include <string>
 
-#include <matopt/core/bf16_engine.hpp>
+#include <matopt/core/detail/bf16_engine.hpp>
 #include <matopt/facade/any_optimizer.hpp>
 #include <matopt/precondition/exact_polar.hpp>
 #include <matopt/precondition/orthogonalize.hpp>

@@ -48,6 +48,7 @@ const std::map<std::string, CostClass>& expected_cost_classes() {
   static const std::map<std::string, CostClass> table{
       {"Muon", CostClass::Cubic},      {"MuonAutoSteps", CostClass::Cubic}, {"MoonlightMuon", CostClass::Cubic},
       {"RMNP", CostClass::Linear},     {"ColNorm", CostClass::Linear},      {"OrScale", CostClass::Cubic},
+      {"RMNPReference", CostClass::Linear},
       {"NorMuon", CostClass::Cubic},   {"AdaMuon", CostClass::Cubic},       {"NAMO", CostClass::Cubic},
       {"PolarGrad", CostClass::Cubic}, {"TurboMuon", CostClass::Cubic},     {"Dion", CostClass::Cubic}};
   return table;
@@ -76,7 +77,7 @@ TEST_CASE("shard plan: every preset's preconditioner declares its cost, cubic fo
   // Iterates the preset list itself (MATOPT_MATRIX_PRESETS), so a preset added there without an entry in the
   // table above, or whose preconditioner the planner does not know, fails here.
   std::set<std::string> seen;
-#define MATOPT_TEST_PRESET_COST(Preset) check_preset_cost<Preset<float>, Preset<double>>(#Preset, seen);
+#define MATOPT_TEST_PRESET_COST(Preset, ...) check_preset_cost<Preset<float>, Preset<double>>(#Preset, seen);
   MATOPT_MATRIX_PRESETS(MATOPT_TEST_PRESET_COST)
 #undef MATOPT_TEST_PRESET_COST
   CHECK(seen.size() == expected_cost_classes().size());  // and the table names no preset the list lacks

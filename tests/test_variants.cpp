@@ -85,6 +85,24 @@ void check_variant(const std::string& name, Configure configure) {
     o.weight_decay = S(wd_);    \
   }
 
+TEST_CASE_TEMPLATE("golden: RMNP as microsoft/dion runs it (rmnp.py defaults: no Nesterov, no lr scale)", T, float,
+                   double) {
+  // The preset's own defaults (lr 0.01, weight decay 0.01, momentum 0.95, plain momentum): nothing configured.
+  check_variant<RMNPReference, T>("rmnp_reference", [](auto&) {});
+  // By name through the facade, as a framework builds it.
+  for (const std::string& shape : golden_shapes) {
+    CAPTURE(shape);
+    const Golden& gold = Golden::variants();
+    RowMat<T> w = gold[shape + "/W0"].template cast<T>();
+    auto opt = make_optimizer<T>("rmnp_reference");
+    auto state = opt.make_state(view(w));
+    for (int k = 1; k <= 3; ++k) {
+      const RowMat<T> g = gold[shape + "/G" + std::to_string(k)].template cast<T>();
+      opt.step(view(w), view(g), state);
+      CHECK(rel_error(w, gold[shape + "/rmnp_reference/W" + std::to_string(k)]) <= golden_tol<T>());
+    }
+  }
+}
 TEST_CASE_TEMPLATE("golden: NorMuon (zichongli5/NorMuon normuon_update)", T, float, double) {
   check_variant<NorMuon, T>("normuon", MATOPT_LR_WD(0.02, 0.01));
 }

@@ -36,6 +36,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <unistd.h>
 #include <vector>
 
@@ -210,12 +211,15 @@ matopt::HybridOptimizer<float> make_hybrid(const std::string& name, double lr, d
     const matopt::Config c{{"lr", fmt(lr)}, {"beta1", "0.9"}, {"beta2", "0.999"}, {"weight_decay", "0.01"}};
     return matopt::HybridOptimizer<float>(make_optimizer<float>("adamw", c), make_optimizer<float>("adamw", c));
   }
-  const matopt::Config matrix{{"lr", fmt(lr)}, {"momentum", fmt(kMomentum)}, {"nesterov", "true"}};
+  auto matrix = make_optimizer<float>(name, {{"lr", fmt(lr)}});
+  if (matrix.option_keys().find("momentum,") != std::string::npos) {  // Dion has none (its own is mu)
+    matrix.set("momentum", fmt(kMomentum));
+    matrix.set("nesterov", "true");
+  }
   const matopt::Config adamw{{"lr", fmt(route_lr)}, {"beta1", "0.9"}, {"beta2", "0.95"}, {"weight_decay", "0.01"}};
   matopt::HybridOptimizer<float>::Options routing;
   routing.heads_to_adamw = head_to_adamw;
-  return matopt::HybridOptimizer<float>(make_optimizer<float>(name, matrix), make_optimizer<float>("adamw", adamw),
-                                        routing);
+  return matopt::HybridOptimizer<float>(std::move(matrix), make_optimizer<float>("adamw", adamw), routing);
 }
 
 // ---------------------------------------------------------------------------------------------------

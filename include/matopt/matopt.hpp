@@ -18,7 +18,6 @@
 #include "matopt/config.hpp"
 #include "matopt/version.hpp"
 
-#include "matopt/core/errors.hpp"
 #include "matopt/core/optimizer.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
@@ -49,8 +48,8 @@
 
 #include "matopt/adamw.hpp"
 #include "matopt/lion.hpp"
-#include "matopt/qk_clip.hpp"
 #include "matopt/presets.hpp"
+#include "matopt/qk_clip.hpp"
 
 #include "matopt/facade/any_optimizer.hpp"
 #include "matopt/hybrid/hybrid_optimizer.hpp"

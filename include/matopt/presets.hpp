@@ -7,6 +7,7 @@
 // | Muon          | Ema, Nesterov, .95  | Jordan NS5         | MuonOriginal             | 0.02  | 0      |
 // | MoonlightMuon | Sum, Nesterov, .95  | Jordan NS5         | MoonlightRms             | 1e-3  | 0.1    |
 // | RMNP          | Sum, Nesterov, .95  | RowNormalize       | MuonOriginal             | 0.02  | 0      |
+// | RMNPReference | Sum, plain, .95     | RowNormalize       | Unit (dion's rmnp.py)    | 0.01  | 0.01   |
 // | ColNorm       | Sum, Nesterov, .95  | ColNormalize       | max(1, n/m)^(1/2)        | 0.02  | 0      |
 // | OrScale       | Sum, Nesterov, .95  | PolarExpress 5     | TrustRatio [0.5, 1.5]    | 0.02  | 0      |
 // | NorMuon       | Ema, Nesterov, .95  | Jordan NS5, per-row second moment     | MuonOriginal | 0.02 | 0  |
@@ -35,103 +36,38 @@
 #include "matopt/scaling/trust_ratio.hpp"
 
 namespace matopt {
+
+/// The preset table: one row per matrix preset, X(Alias, facade name, lr, weight decay, runtime part). Everything
+/// that lists presets comes from it: the defaults (defaults::Alias, name "matopt::Alias"), make_optimizer's names
+/// (facade/any_optimizer.hpp; "muon?ns_steps=auto": the row built for muon when ns_steps is auto, before muon's own),
+/// optimizer_names, and the steps and facade models matopt::runtime compiles (the part: which of its
+/// `src/runtime_<part>.cpp` files compiles the row; parts split the library's build). The sharding cost is the
+/// preconditioner's own `cost(m, n)`. Adding a preset: its alias below and one row here.
+#define MATOPT_MATRIX_PRESETS(X)                                    \
+  X(MuonAutoSteps, "muon?ns_steps=auto", 0.02, 0.0, newton_schulz)  \
+  X(Muon, "muon", 0.02, 0.0, newton_schulz)                         \
+  X(MoonlightMuon, "moonlight_muon", 1e-3, 0.1, newton_schulz)      \
+  X(RMNP, "rmnp", 0.02, 0.0, elementwise)                           \
+  X(RMNPReference, "rmnp_reference", 0.01, 0.01, elementwise)       \
+  X(ColNorm, "colnorm", 0.02, 0.0, elementwise)                     \
+  X(OrScale, "orscale", 0.02, 0.0, newton_schulz)                   \
+  X(NorMuon, "normuon", 0.02, 0.0, moments)                         \
+  X(AdaMuon, "adamuon", 0.02, 0.01, moments)                        \
+  X(NAMO, "namo", 1e-3, 0.0, moments)                               \
+  X(PolarGrad, "polargrad", 0.02, 0.0, polar)                       \
+  X(TurboMuon, "turbo_muon", 0.02, 0.0, newton_schulz)              \
+  X(Dion, "dion", 0.01, 0.01, polar)
+
+/// Each preset's defaults, from the table: its name in messages and checkpoints, its default lr and weight decay.
 namespace defaults {
-/// Defaults of the Muon preset: lr 0.02, weight decay 0.
-struct Muon {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::Muon";
-  static constexpr double lr = 0.02, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the MuonAutoSteps preset: lr 0.02, weight decay 0.
-struct MuonAutoSteps {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::MuonAutoSteps";
-  static constexpr double lr = 0.02, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the MoonlightMuon preset: lr 1e-3, weight decay 0.1.
-struct MoonlightMuon {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::MoonlightMuon";
-  static constexpr double lr = 1e-3, weight_decay = 0.1;
-  /// @}
-};
-/// Defaults of the RMNP preset: lr 0.02, weight decay 0.
-struct RMNP {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::RMNP";
-  static constexpr double lr = 0.02, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the ColNorm preset: lr 0.02, weight decay 0.
-struct ColNorm {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::ColNorm";
-  static constexpr double lr = 0.02, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the OrScale preset: lr 0.02, weight decay 0.
-struct OrScale {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::OrScale";
-  static constexpr double lr = 0.02, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the NorMuon preset: lr 0.02, weight decay 0.
-struct NorMuon {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::NorMuon";
-  static constexpr double lr = 0.02, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the AdaMuon preset: lr 0.02, weight decay 0.01.
-struct AdaMuon {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::AdaMuon";
-  static constexpr double lr = 0.02, weight_decay = 0.01;
-  /// @}
-};
-/// Defaults of the NAMO preset: lr 1e-3, weight decay 0.
-struct Namo {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::NAMO";
-  static constexpr double lr = 1e-3, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the PolarGrad preset: lr 0.02, weight decay 0.
-struct PolarGrad {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::PolarGrad";
-  static constexpr double lr = 0.02, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the TurboMuon preset: lr 0.02, weight decay 0.
-struct TurboMuon {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::TurboMuon";
-  static constexpr double lr = 0.02, weight_decay = 0.0;
-  /// @}
-};
-/// Defaults of the Dion preset: lr 0.01, weight decay 0.01.
-struct Dion {
-  /// Name in messages and checkpoints; default lr and weight decay.
-  /// @{
-  static constexpr const char* name = "matopt::Dion";
-  static constexpr double lr = 0.01, weight_decay = 0.01;
-  /// @}
-};
+/// A table row's defaults struct.
+#define MATOPT_PRESET_DEFAULTS(Alias, facade_name, lr_, weight_decay_, part) \
+  struct Alias {                                                            \
+    static constexpr const char* name = "matopt::" #Alias;                  \
+    static constexpr double lr = lr_, weight_decay = weight_decay_;         \
+  };
+MATOPT_MATRIX_PRESETS(MATOPT_PRESET_DEFAULTS)
+#undef MATOPT_PRESET_DEFAULTS
 }  // namespace defaults
 
 /// Muon (Jordan et al., KellerJordan/Muon): EMA Nesterov momentum, Newton–Schulz with the Jordan quintic.
@@ -154,6 +90,12 @@ using MoonlightMuon = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::Jordan>
 /// RMNP (arXiv 2603.20527): row-wise l2 normalization in place of orthogonalization, Theta(mn).
 template <class T>
 using RMNP = Optimizer<T, RowNormalize, Momentum<Sum, Nesterov>, Static<shape::MuonOriginal>, defaults::RMNP>;
+
+/// RMNP as microsoft/dion's reference code runs it (dion/rmnp.py, arXiv 2603.20527): Sum momentum without Nesterov,
+/// row normalization, no post-normalization scale (adjust_lr None), lr 0.01, weight decay 0.01
+/// (`docs/optimizers/rmnp_reference.md`: what differs from dion's code in the last bits).
+template <class T>
+using RMNPReference = Optimizer<T, RowNormalize, Momentum<Sum, Plain>, Static<shape::Unit>, defaults::RMNPReference>;
 
 /// Column normalization: RMNP over the output dimension.
 template <class T>
@@ -180,7 +122,7 @@ using AdaMuon = Optimizer<T, SecondMoment<Orthogonalize<NewtonSchulz<schedules::
 /// ||U||_F / (sqrt(S) + eps), S an EMA of ||G||_F^2.
 template <class T>
 using NAMO = Optimizer<T, SecondMoment<Orthogonalize<NewtonSchulz<schedules::You>>, moments::Namo>,
-                       Momentum<Ema, Plain>, Static<shape::SqrtMax>, defaults::Namo>;
+                       Momentum<Ema, Plain>, Static<shape::SqrtMax>, defaults::NAMO>;
 
 /// PolarGrad (arXiv 2505.21799, timlautk/polargrad): the exact polar factor of the momentum times its nuclear
 /// norm. Any Orthogonalize method composes: NuclearScaled<Orthogonalize<NewtonSchulz<...>>>.
@@ -199,12 +141,6 @@ using TurboMuon = Optimizer<T, Orthogonalize<NewtonSchulz<schedules::Turbo>>, Mo
 template <class T>
 using Dion = Optimizer<T, DionPowerIteration, NoMomentum, Static<shape::Spectral>, defaults::Dion>;
 
-/// The matrix presets matopt::runtime compiles (src/runtime_*.cpp), as X(Preset); with AdamW and Lion they are the
-/// facade's presets (MATOPT_FACADE_PRESETS, facade/any_optimizer.hpp).
-#define MATOPT_MATRIX_PRESETS(X)                                                                              \
-  X(Muon) X(MuonAutoSteps) X(MoonlightMuon) X(RMNP) X(ColNorm) X(OrScale) X(NorMuon) X(AdaMuon) X(NAMO) X(PolarGrad) \
-  X(TurboMuon) X(Dion)
-
 /// A preset's compiled entry points for scalar T: make_state's shape form, the step of each storage order
 /// (Optimizer::step_map) and the batched step, after `kind`: `extern` declares them, nothing defines them.
 #define MATOPT_PRESET_STEPS(kind, Preset, T)                                                                      \
@@ -220,7 +156,7 @@ using Dion = Optimizer<T, DionPowerIteration, NoMomentum, Static<shape::Spectral
 // Linked with matopt::runtime: the presets' steps are compiled there (src/runtime_*.cpp), not in every file that
 // steps one (a test file stepping a dozen presets in both orders spent most of its compile time on them). Define
 // MATOPT_HEADER_ONLY_PRESETS to compile them in the including file instead, e.g. with its own -march.
-#define MATOPT_EXTERN_PRESET_STEPS(Preset) \
+#define MATOPT_EXTERN_PRESET_STEPS(Preset, ...) \
   MATOPT_PRESET_STEPS(extern, Preset, float) MATOPT_PRESET_STEPS(extern, Preset, double)
 MATOPT_MATRIX_PRESETS(MATOPT_EXTERN_PRESET_STEPS)
 #undef MATOPT_EXTERN_PRESET_STEPS

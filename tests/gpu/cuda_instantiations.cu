@@ -20,8 +20,8 @@ using cuda::Engine;
   template class DeviceOptimizer<RMNP<T>, Engine>;                                                                \
   template class DeviceOptimizer<ColNorm<T>, Engine>;                                                             \
   template class DeviceOptimizer<OrScale<T>, Engine>;                                                             \
-  template class DeviceAdamW<T>;                                                                                  \
-  template class DeviceLion<T>;                                                                                   \
+  template class DeviceElementwise<T, rules::AdamW>;                                                              \
+  template class DeviceElementwise<T, rules::Lion>;                                                               \
   template Index qk_clip<Engine, T>(Engine&, DeviceMatrixView<T>, DeviceMatrixView<T>, const std::vector<double>&, \
                                     Index, const QkClipOptions&);                                                 \
   template void cuda::orthogonalize<NewtonSchulz<>, T>(Engine&, const T*, T*, Index, Index,                      \

@@ -38,8 +38,8 @@
 
 #include <matopt/backend/cuda.cuh>
 #include <matopt/backend/device_adamw.hpp>
-#include <matopt/serialization/checkpoint.hpp>
 #include <matopt/matopt.hpp>
+#include <matopt/serialization/checkpoint.hpp>
 
 #include "device_compare.hpp"
 #include "test_support.hpp"

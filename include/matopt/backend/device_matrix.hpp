@@ -23,8 +23,8 @@
 #endif
 
 #include "matopt/config.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/traits.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/traits.hpp"
 
 namespace matopt {
 

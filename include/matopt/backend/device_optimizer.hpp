@@ -6,7 +6,7 @@
 // matrices in device memory. The step is Optimizer's (core/optimizer.hpp), stage for stage:
 //   U = u_g G + u_v V;  D = Preconditioner(U);  W = Scaling(W, D, G);  V = v_v V + v_g G
 // with the policies' own scalar rules (MomentumPolicy::coefficients, Scaling::coefficients / ratio,
-// the NS schedule and precondition/ns_algorithm.hpp) and the matrix work done by `Engine`: ThrustEngine
+// the NS schedule and precondition/detail/ns_algorithm.hpp) and the matrix work done by `Engine`: ThrustEngine
 // (backend/thrust.hpp) or the CUDA engine (backend/cuda/engine.cuh). Options, defaults and validation are
 // the host optimizer's; bad input throws std::invalid_argument before anything is written, as on the host.
 //
@@ -49,19 +49,19 @@
 #include <thrust/fill.h>
 
 #include "matopt/backend/device_matrix.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/norms.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/traits.hpp"
 #include "matopt/core/optimizer.hpp"
 #include "matopt/core/step_policy.hpp"
-#include "matopt/core/traits.hpp"
 #include "matopt/diagnostics/diagonal_dominance.hpp"
 #include "matopt/precondition/adaptive.hpp"
 #include "matopt/precondition/col_normalize.hpp"
+#include "matopt/precondition/detail/fused_normalize.hpp"
+#include "matopt/precondition/detail/ns_algorithm.hpp"
 #include "matopt/precondition/elementwise.hpp"
 #include "matopt/precondition/exact_polar.hpp"
-#include "matopt/precondition/fused_normalize.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
-#include "matopt/precondition/ns_algorithm.hpp"
 #include "matopt/precondition/nuclear_scaled.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
 #include "matopt/precondition/row_blocks.hpp"
@@ -644,19 +644,7 @@ class DeviceOptimizer {
 
   /// Per-parameter state: the momentum buffer (device memory, in W's storage order) and the policies' states
   /// (the host optimizer's State types, in host memory).
-  struct State {
-    /// Rows of the parameter this state was made for.
-    Index rows = 0;
-    /// Columns of the parameter this state was made for.
-    Index cols = 0;
-    /// Storage order of that parameter.
-    Layout layout = Layout::RowMajor;
-    /// Steps taken (skipped ones not counted).
-    std::int64_t steps = 0;
-    /// Steps skipped for a non-finite gradient (NonFinite::Skip).
-    std::int64_t skipped = 0;
-    /// Steps taken with non-finite entries of G zeroed (NonFinite::Zero).
-    std::int64_t zeroed = 0;
+  struct State : StateCounters {
     /// The momentum buffer V in device memory, in W's storage order (empty without a buffer).
     thrust::device_vector<T> momentum;
     /// The preconditioner's state where it lives in device memory (AdaMuon's S, in W's storage order); else empty.
@@ -758,22 +746,15 @@ class DeviceOptimizer {
                                                  options_.precondition, w.rows, w.cols);
     reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
     detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);
-    if (!engine_.all_finite(gs)) {
-      switch (options_.non_finite) {
-        case NonFinite::Skip:
-          ++state.skipped;
-          return;
-        case NonFinite::Zero: {
-          detail::grow(ws_.clean, w.size());
-          const detail::Strided<T> clean = detail::strided(detail::raw(ws_.clean), w.rows, w.cols, w.layout);
-          engine_.clean(clean, gs);
-          gs = clean;
-          ++state.zeroed;
-          break;
-        }
-        default:
-          detail::fail(where, "G (", detail::shape_string(g.rows, g.cols),
-                       ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+    switch (detail::gradient_action(engine_.all_finite(gs), options_.non_finite, where, g.rows, g.cols)) {
+      case detail::GradAction::Apply: break;
+      case detail::GradAction::Skip: ++state.skipped; return;
+      case detail::GradAction::Zero: {
+        detail::grow(ws_.clean, w.size());
+        const detail::Strided<T> clean = detail::strided(detail::raw(ws_.clean), w.rows, w.cols, w.layout);
+        engine_.clean(clean, gs);
+        gs = clean;
+        ++state.zeroed;
       }
     }
     if (telemetry_.due(state.steps + 1)) {
@@ -983,7 +964,7 @@ class DeviceOptimizer {
       }
     };
   }
-  /// ||G_b||_F, when a moment asks (NAMO): the norm of the runs' norms (core/norms.hpp's robust_norm).
+  /// ||G_b||_F, when a moment asks (NAMO): the norm of the runs' norms (core/detail/norms.hpp's robust_norm).
   auto block_g_norm(const RowSet& b, detail::Strided<const T> g) {
     return [this, b, g] {
       auto norms = ws_.host_norms.vector(b.groups);  // reserved for split_groups runs

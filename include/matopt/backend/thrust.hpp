@@ -11,7 +11,7 @@
 //   auto state = opt.make_state(w);                         // w: DeviceMatrix<float> or DeviceMatrixView
 //   opt.step(w, g, state);
 //
-// The algorithms are not forked from the Eigen path: Newton–Schulz is precondition/ns_algorithm.hpp with
+// The algorithms are not forked from the Eigen path: Newton–Schulz is precondition/detail/ns_algorithm.hpp with
 // this file's ThrustEngine, and every scalar rule (momentum coefficients, schedules, shape factors, trust
 // ratios, the normalization floor) is the policy's own function (backend/device_optimizer.hpp). The
 // products here are plain loops, one output element per Thrust work item: fine for CPU tests and small
@@ -58,7 +58,7 @@ MATOPT_HOST_DEVICE bool finite_value(T x) {
   return x - x == T(0);
 }
 
-/// The Euclidean norm of `len` elements x[k * stride] without overflow or underflow (core/norms.hpp's
+/// The Euclidean norm of `len` elements x[k * stride] without overflow or underflow (core/detail/norms.hpp's
 /// rule: the plain sum of squares, recomputed as a * ||x / a|| only when it leaves the normal range).
 template <class T>
 MATOPT_HOST_DEVICE T line_norm(const T* x, Index len, Index stride) {
@@ -277,7 +277,7 @@ struct FusedRowOp {  // a whole RowNormalize + Static step for row i (fused_norm
     }
     T norm = sqrt(sumsq);
     if (!((sumsq >= DeviceLimits<T>::min() && sumsq <= DeviceLimits<T>::max()) || sumsq != sumsq)) {
-      T a = T(0);  // left the normal range: a * ||u / a|| (core/norms.hpp)
+      T a = T(0);  // left the normal range: a * ||u / a|| (core/detail/norms.hpp)
       for (Index j = 0; j < w.cols; ++j) a = fmax(a, fabs(f.c.u_g * g(i, j) + f.c.u_v * v(i, j)));
       if (a > T(0) && finite_value(a)) {
         T scaled = T(0);
@@ -447,7 +447,7 @@ struct ThrustEngine {
     return thrust::transform_reduce(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(x.size()),
                                     detail::FiniteAt<T>{x}, true, thrust::logical_and<bool>());
   }
-  /// Frobenius norm without overflow or underflow (core/norms.hpp's rule).
+  /// Frobenius norm without overflow or underflow (core/detail/norms.hpp's rule).
   template <class T>
   T norm(detail::Strided<const T> x) {
     if (x.size() == 0) return T(0);
@@ -492,7 +492,7 @@ struct ThrustEngine {
     each(w.rows, detail::FusedRowOp<T>{w, v, g, f});
   }
 
-  // Dense products on column-major handles (precondition/ns_algorithm.hpp's engine interface).
+  // Dense products on column-major handles (precondition/detail/ns_algorithm.hpp's engine interface).
   /// C = alpha A B + beta C (beta = 0: C not read).
   template <class T>
   void gemm(T alpha, const detail::Strided<T>& a, const detail::Strided<T>& b, T beta, detail::Strided<T>& c) {
@@ -588,16 +588,10 @@ GradAction device_gradient_action(const Policy& policy, const char* where, Devic
                                                thrust::counting_iterator<Index>(g.size()),
                                                FiniteAt<T>{strided(g.data, g.rows, g.cols, w.layout)}, true,
                                                thrust::logical_and<bool>());
-  if (finite) return GradAction::Apply;
-  if (non_finite == NonFinite::Skip) {
-    ++state.skipped;
-    return GradAction::Skip;
-  }
-  if (non_finite != NonFinite::Zero)
-    fail(where, "G (", shape_string(g.rows, g.cols),
-         ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
-  ++state.zeroed;
-  return GradAction::Zero;
+  const GradAction action = gradient_action(finite, non_finite, where, g.rows, g.cols);
+  state.skipped += action == GradAction::Skip;
+  state.zeroed += action == GradAction::Zero;
+  return action;
 }
 }  // namespace detail
 

@@ -80,14 +80,14 @@
 
 #include <Eigen/Core>
 
-#include "matopt/core/engine.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/parallel.hpp"
-#include "matopt/core/parse.hpp"
+#include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/parallel.hpp"
+#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/detail/traits.hpp"
+#include "matopt/core/detail/workspace.hpp"
 #include "matopt/core/step_policy.hpp"
-#include "matopt/core/traits.hpp"
 #include "matopt/core/view.hpp"
-#include "matopt/core/workspace.hpp"
 #include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
@@ -118,12 +118,7 @@ void check_row_blocks(const Options& o, Index m, Index n, const char* where) {
 /// part in host memory.
 template <class S, class V, class P, class F>
 void optimizer_state_fields(S& s, V& momentum, P& precondition, F&& f) {
-  f("rows", s.rows);
-  f("cols", s.cols);
-  f("layout", s.layout);
-  f("steps", s.steps);
-  f("skipped", s.skipped);
-  f("zeroed", s.zeroed);
+  s.counter_fields(f);
   f("momentum", momentum);
   f("precondition", precondition);
   f("scaling", s.scaling);
@@ -216,16 +211,7 @@ class Optimizer {
   };
 
   /// Per-parameter state: the momentum buffer (in W's storage order) and the policies' own state.
-  struct State {
-    /// Rows of the parameter this state was made for.
-    Index rows = 0;
-    /// Columns of the parameter this state was made for.
-    Index cols = 0;
-    /// Storage order of that parameter.
-    Layout layout = Layout::ColMajor;
-    std::int64_t steps = 0;    ///< steps taken (skipped ones not counted)
-    std::int64_t skipped = 0;  ///< steps skipped for a non-finite gradient (NonFinite::Skip)
-    std::int64_t zeroed = 0;   ///< steps taken with non-finite entries of G zeroed (NonFinite::Zero)
+  struct State : StateCounters {
     /// The momentum buffer V, in W's storage order (empty without a buffer).
     Eigen::Matrix<T, Eigen::Dynamic, 1> momentum;
     /// The preconditioner's per-parameter state (an empty struct when it keeps none).
@@ -348,18 +334,35 @@ class Optimizer {
   /// Sets one option from text, for run-time configuration (the facade). Keys: lr, momentum, nesterov,
   /// weight_decay, and the policies' own (option_keys()). Returns false for an unknown key.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    constexpr bool momentum = MomentumPolicy::has_buffer;
+    if ((key == "momentum" || key == "nesterov") && !momentum)
+      detail::fail(Defaults::name, "option '", key, "' does not apply: it steps without momentum (", MomentumPolicy::name(),
+                   ")");
     if (key == "lr") o.lr = T(detail::parse_double(key, value));
     else if (key == "momentum") o.momentum = T(detail::parse_double(key, value));
     else if (key == "nesterov") o.nesterov = detail::parse_bool(key, value);
     else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
     else if (key == "non_finite") o.non_finite = detail::parse_non_finite(key, value);
-    else return Preconditioner::set_option(o.precondition, key, value) ||
-                Scaling::set_option(o.scaling, key, value);
+    else {
+      // A key is one stage's: one that both stages accept would be a silent choice, so it is an error.
+      auto precondition = o.precondition;
+      auto scaling = o.scaling;
+      const bool p = Preconditioner::set_option(precondition, key, value);
+      const bool s = Scaling::set_option(scaling, key, value);
+      if (p && s)
+        detail::fail(Defaults::name, "option '", key, "' is a key of both its preconditioner (", Preconditioner::name(),
+                     ") and its scaling (", Scaling::name(), "): a composition must give each key one meaning");
+      if (p) o.precondition = std::move(precondition);
+      if (s) o.scaling = std::move(scaling);
+      return p || s;
+    }
     return true;
   }
-  /// The keys set_option() accepts: lr, momentum, nesterov, weight_decay, non_finite, then the policies' own.
+  /// The keys set_option() accepts: lr, momentum and nesterov (with a momentum policy), weight_decay, non_finite,
+  /// then the policies' own.
   static std::string option_keys() {
-    std::string keys = "lr, momentum, nesterov, weight_decay, non_finite";
+    std::string keys = MomentumPolicy::has_buffer ? "lr, momentum, nesterov, weight_decay, non_finite"
+                                                  : "lr, weight_decay, non_finite";
     // Held as strings: a policy may return its keys as a temporary std::string.
     for (const std::string& k : {std::string(Preconditioner::option_keys()), std::string(Scaling::option_keys())})
       if (!k.empty()) (keys += ", ") += k;
@@ -424,7 +427,7 @@ class Optimizer {
   }
 
   /// Whether apply_blocks steps the row blocks of an m-row W each on one thread, under a SerialEngineScope, in
-  /// parallel when OpenMP offers threads (core/parallel.hpp): two blocks or more and an engine that can be held
+  /// parallel when OpenMP offers threads (core/detail/parallel.hpp): two blocks or more and an engine that can be held
   /// to the calling thread. Per-head blocks are small products, which a threaded BLAS runs poorly; the result
   /// depends on no thread count.
   bool parallel_blocks(Index m) const {
@@ -455,14 +458,8 @@ class Optimizer {
       Preconditioner::check_state(state.precondition, options_.precondition, w.rows(), w.cols(), where);
     detail::check_step_coefficients<Scaling>(options_.scaling, k.lr, k.weight_decay, options_.precondition,
                                              w.rows(), w.cols());
-    if (k.finite ? *k.finite : detail::all_finite(g)) return detail::GradAction::Apply;
-    switch (k.non_finite) {
-      case NonFinite::Skip: return detail::GradAction::Skip;
-      case NonFinite::Zero: return detail::GradAction::Zero;
-      default:
-        detail::fail(where, "G (", detail::shape_string(g.rows(), g.cols()),
-                     ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
-    }
+    return detail::gradient_action(k.finite ? *k.finite : detail::all_finite(g), k.non_finite, where, g.rows(),
+                                   g.cols());
   }
 
   void check_row_blocks(Index m, Index n) const {

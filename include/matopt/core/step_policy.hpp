@@ -11,7 +11,7 @@
 #include <optional>
 #include <string_view>
 
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 #include "matopt/core/view.hpp"
 
 namespace matopt {
@@ -53,7 +53,39 @@ inline NonFinite parse_non_finite(std::string_view key, std::string_view value) 
 
 /// What a checked step goes on to do with its gradient.
 enum class GradAction { Apply, Skip, Zero };
+
+/// The gradient gate of every optimizer (host and device, matrix and element-wise; docs/api.md#non-finite-gradients):
+/// Apply for a finite G, else the policy's action; under Throw, an error naming G's shape, before anything is written.
+inline GradAction gradient_action(bool finite, NonFinite policy, const char* where, Index rows, Index cols) {
+  if (finite) return GradAction::Apply;
+  if (policy == NonFinite::Skip) return GradAction::Skip;
+  if (policy == NonFinite::Zero) return GradAction::Zero;
+  fail(where, "G (", shape_string(rows, cols),
+       ") contains a non-finite value; W and state are unchanged (options.non_finite = throw)");
+}
 }  // namespace detail
+
+/// What every optimizer's per-parameter State records besides its buffers (Optimizer, AdamW, Lion and their device
+/// twins): the shape and storage order of the parameter it was made for, and its step counters.
+struct StateCounters {
+  Index rows = 0;                    ///< rows of the parameter this state was made for
+  Index cols = 0;                    ///< columns of that parameter
+  Layout layout = Layout::ColMajor;  ///< its storage order
+  std::int64_t steps = 0;            ///< steps taken (skipped ones not counted)
+  std::int64_t skipped = 0;          ///< steps skipped for a non-finite gradient (NonFinite::Skip)
+  std::int64_t zeroed = 0;           ///< steps taken with non-finite entries of G zeroed (NonFinite::Zero)
+
+  /// The counters' checkpoint fields, f(name, field), in the order every state writes them first.
+  template <class F>
+  void counter_fields(F&& f) {
+    f("rows", rows);
+    f("cols", cols);
+    f("layout", layout);
+    f("steps", steps);
+    f("skipped", skipped);
+    f("zeroed", zeroed);
+  }
+};
 
 /// One parameter's report from a step (see Telemetry).
 template <class T>

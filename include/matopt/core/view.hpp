@@ -9,8 +9,8 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/traits.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/traits.hpp"
 
 namespace matopt {
 

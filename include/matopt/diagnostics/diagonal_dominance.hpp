@@ -23,9 +23,9 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/workspace.hpp"
 #include "matopt/core/view.hpp"
-#include "matopt/core/workspace.hpp"
 
 namespace matopt {
 

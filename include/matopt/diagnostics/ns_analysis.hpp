@@ -16,7 +16,7 @@
 
 #include <Eigen/Core>
 
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 #include "matopt/precondition/generators.hpp"
 #include "matopt/precondition/schedule.hpp"
 

@@ -22,7 +22,7 @@
 #include <Eigen/SVD>
 
 #include "matopt/config.hpp"
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 
 namespace matopt {
 

@@ -25,7 +25,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 
 namespace matopt {
 

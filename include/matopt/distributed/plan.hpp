@@ -2,58 +2,44 @@
 #pragma once
 /// @file
 /// The cost model of a step and the owner plan of the distributed optimizers (ShardedOptimizer, TorchOptimizer).
-// preconditioner_cost<P>(m, n): the planner's cost of preconditioning an m x n matrix, m n min(m, n) for the
-// orthogonalizations (the Newton–Schulz products, Dion's power iteration) and m n for the normalizations and
-// elementwise maps (docs/distributed.md). ShardPlan::greedy: each parameter's owner rank by that cost.
+// preconditioner_cost<P>(m, n): the planner's cost of preconditioning an m x n matrix, which each preconditioner
+// declares (P::cost): m n min(m, n) for the orthogonalizations (the Newton–Schulz products, Dion's power iteration),
+// m n for the normalizations and elementwise maps (docs/distributed.md). ShardPlan::greedy: each parameter's owner
+// rank by that cost.
 
 #include <algorithm>
 #include <cstddef>
 #include <numeric>
+#include <type_traits>
 #include <vector>
 
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 #include "matopt/core/view.hpp"
 
 namespace matopt {
 
-template <class Method>
-struct Orthogonalize;
-template <class Method>
-struct AutoSteps;
-struct ExactPolar;
-template <class Cheap, class Exact>
-struct Adaptive;
-template <class Inner, class Moment>
-struct SecondMoment;
-template <class Inner>
-struct NuclearScaled;
-struct DionPowerIteration;
+/// The planner's cost models, which a preconditioner's `static double cost(Index m, Index n)` returns: m n for one
+/// pass over the entries (normalizations, elementwise maps) ...
+inline double elementwise_cost(Index m, Index n) { return double(m) * double(n); }
+/// ... and m n min(m, n) for an orthogonalization (the Newton–Schulz or polar products, Dion's power iteration).
+inline double orthogonalize_cost(Index m, Index n) { return double(m) * double(n) * double(std::min(m, n)); }
 
 namespace detail {
+template <class P, class = void>
+inline constexpr bool has_cost_v = false;
 template <class P>
-inline constexpr bool cubic_preconditioner_v = false;
-template <class M>
-inline constexpr bool cubic_preconditioner_v<Orthogonalize<M>> = true;
-template <class M>
-inline constexpr bool cubic_preconditioner_v<AutoSteps<M>> = true;  // Orthogonalize<M> with K planned steps
-template <>
-inline constexpr bool cubic_preconditioner_v<ExactPolar> = true;
-template <class C, class E>
-inline constexpr bool cubic_preconditioner_v<Adaptive<C, E>> = true;  // its exact branch bounds the cost
-template <class I, class M>
-inline constexpr bool cubic_preconditioner_v<SecondMoment<I, M>> = cubic_preconditioner_v<I>;  // NorMuon, AdaMuon, NAMO
-template <class I>
-inline constexpr bool cubic_preconditioner_v<NuclearScaled<I>> = cubic_preconditioner_v<I>;  // PolarGrad
-template <>
-inline constexpr bool cubic_preconditioner_v<DionPowerIteration> = true;  // m n r, r <= min(m, n)
+inline constexpr bool has_cost_v<P, std::void_t<decltype(double(P::cost(Index(), Index())))>> = true;
 }  // namespace detail
 
-/// The planner's cost of preconditioning an m x n matrix: m n min(m, n) for orthogonalization (the
-/// Newton–Schulz products), m n for normalizations and elementwise maps.
+/// The planner's cost of preconditioning an m x n matrix: the preconditioner's own `cost(m, n)` (m n min(m, n)
+/// for orthogonalization, m n for normalizations and elementwise maps).
 template <class Preconditioner>
 double preconditioner_cost(Index m, Index n) {
-  const double mn = double(m) * double(n);
-  return detail::cubic_preconditioner_v<Preconditioner> ? mn * double(std::min(m, n)) : mn;
+  static_assert(detail::has_cost_v<Preconditioner>,
+                "matopt: a preconditioner declares its cost for the distributed planner: add "
+                "`static double cost(Index m, Index n)` returning matopt::elementwise_cost(m, n) (one pass over the "
+                "entries) or matopt::orthogonalize_cost(m, n) (m n min(m, n) products) (docs/extending.md)");
+  return Preconditioner::cost(m, n);
 }
 
 /// Owner of each parameter. Greedy longest-processing-time: parameters by cost, largest first (ties: lower

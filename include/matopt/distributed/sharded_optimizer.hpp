@@ -52,9 +52,9 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
-#include "matopt/core/traits.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/distributed/communicator.hpp"
 #include "matopt/distributed/plan.hpp"

@@ -10,6 +10,7 @@
 //   auto state = opt.make_state(view_w);
 //   opt.step(view_w, view_g, state);
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -21,11 +22,11 @@
 #include <vector>
 
 #include "matopt/adamw.hpp"
-#include "matopt/lion.hpp"
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/distributed/plan.hpp"
+#include "matopt/lion.hpp"
 #include "matopt/presets.hpp"
 #include "matopt/serialization/archive.hpp"
 
@@ -361,37 +362,64 @@ AnyOptimizer<typename Opt::Scalar> configured(const Config& config) {
 }
 }  // namespace detail
 
-/// The preset names make_optimizer knows.
-inline constexpr const char* optimizer_names =
-    "muon, moonlight_muon, rmnp, colnorm, orscale, normuon, adamuon, namo, polargrad, turbo_muon, dion, adamw, lion";
+/// The elementwise presets of the facade (not matopt::Optimizer; their defaults are in adamw.hpp and lion.hpp), as
+/// X(Alias, facade name, runtime part), beside the matrix presets' table (presets.hpp).
+#define MATOPT_ELEMENTWISE_PRESETS(X) X(AdamW, "adamw", elementwise) X(Lion, "lion", elementwise)
+/// Every preset make_optimizer builds, as X(Alias, facade name, ...): the matrix table, then AdamW and Lion.
+#define MATOPT_FACADE_PRESETS(X) MATOPT_MATRIX_PRESETS(X) MATOPT_ELEMENTWISE_PRESETS(X)
+
+/// A table row's facade name.
+#define MATOPT_FACADE_NAME(Alias, facade_name, ...) facade_name,
+/// Builds a table row's preset when it answers the name and options.
+#define MATOPT_MAKE_PRESET(Alias, facade_name, ...) \
+  if (detail::FacadeName(facade_name).selects(name, config)) return detail::configured<Alias<T>>(config);
+
+namespace detail {
+/// A facade name of the preset table: "name", or "name?key=value" for a row built only when the options hold
+/// key=value (muon?ns_steps=auto: MuonAutoSteps); such a row goes before its name's plain one.
+struct FacadeName {
+  std::string_view name, key, value;
+  explicit FacadeName(std::string_view row) : name(row) {
+    const auto q = row.find('?'), eq = row.find('=');
+    if (q == std::string_view::npos || eq == std::string_view::npos || eq < q) return;
+    name = row.substr(0, q);
+    key = row.substr(q + 1, eq - q - 1);
+    value = row.substr(eq + 1);
+  }
+  bool selects(std::string_view requested, const Config& config) const {
+    if (requested != name) return false;
+    if (key.empty()) return true;
+    const auto it = config.find(key);
+    return it != config.end() && it->second == value;
+  }
+};
+/// The facade names of the preset table, each once, in its order ("muon, moonlight_muon, rmnp, ...").
+inline std::string preset_names() {
+  const char* rows[] = {MATOPT_FACADE_PRESETS(MATOPT_FACADE_NAME)};
+  std::vector<std::string_view> seen;
+  std::string names;
+  for (const char* row : rows) {
+    const std::string_view name = FacadeName(row).name;
+    if (std::find(seen.begin(), seen.end(), name) != seen.end()) continue;
+    seen.push_back(name);
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  return names;
+}
+}  // namespace detail
+
+/// The preset names make_optimizer knows, from the preset table (presets.hpp) in its order.
+inline const std::string optimizer_names = detail::preset_names();
 
 /// Builds a preset by name (optimizer_names) with key/value options (keys: each preset's option_keys()).
 /// Throws std::invalid_argument for an unknown name, key or a bad value.
 template <class T>
 AnyOptimizer<T> make_optimizer(std::string_view name, const Config& config = {}) {
-  if (name == "muon") {
-    // ns_steps=auto: the step count re-planned per matrix (MuonAutoSteps, precondition/auto_steps.hpp).
-    if (auto it = config.find("ns_steps"); it != config.end() && it->second == "auto")
-      return detail::configured<MuonAutoSteps<T>>(config);
-    return detail::configured<Muon<T>>(config);
-  }
-  if (name == "moonlight_muon") return detail::configured<MoonlightMuon<T>>(config);
-  if (name == "rmnp") return detail::configured<RMNP<T>>(config);
-  if (name == "colnorm") return detail::configured<ColNorm<T>>(config);
-  if (name == "orscale") return detail::configured<OrScale<T>>(config);
-  if (name == "normuon") return detail::configured<NorMuon<T>>(config);
-  if (name == "adamuon") return detail::configured<AdaMuon<T>>(config);
-  if (name == "namo") return detail::configured<NAMO<T>>(config);
-  if (name == "polargrad") return detail::configured<PolarGrad<T>>(config);
-  if (name == "turbo_muon") return detail::configured<TurboMuon<T>>(config);
-  if (name == "dion") return detail::configured<Dion<T>>(config);
-  if (name == "adamw") return detail::configured<AdamW<T>>(config);
-  if (name == "lion") return detail::configured<Lion<T>>(config);
+  MATOPT_FACADE_PRESETS(MATOPT_MAKE_PRESET)
   detail::fail("matopt::make_optimizer", "unknown optimizer '", name, "' (known: ", optimizer_names, ")");
 }
-
-/// Every preset make_optimizer builds, as X(Preset): the list matopt::runtime compiles (src/runtime_*.cpp).
-#define MATOPT_FACADE_PRESETS(X) MATOPT_MATRIX_PRESETS(X) X(AdamW) X(Lion)
+#undef MATOPT_FACADE_NAME
+#undef MATOPT_MAKE_PRESET
 
 #if defined(MATOPT_RUNTIME_COMPILED)
 // Linked with matopt::runtime: the facade for float and double is compiled there, once (src/runtime.cpp), and
@@ -400,7 +428,7 @@ extern template class AnyOptimizer<float>;
 extern template class AnyOptimizer<double>;
 extern template AnyOptimizer<float> make_optimizer<float>(std::string_view, const Config&);
 extern template AnyOptimizer<double> make_optimizer<double>(std::string_view, const Config&);
-#define MATOPT_EXTERN_PRESET(Preset)                                                       \
+#define MATOPT_EXTERN_PRESET(Preset, ...)                                                  \
   extern template AnyOptimizer<float> detail::configured<Preset<float>>(const Config&); \
   extern template AnyOptimizer<double> detail::configured<Preset<double>>(const Config&);
 MATOPT_FACADE_PRESETS(MATOPT_EXTERN_PRESET)

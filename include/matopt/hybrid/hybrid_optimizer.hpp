@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "matopt/adamw.hpp"
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/facade/any_optimizer.hpp"
@@ -140,10 +140,7 @@ class HybridOptimizer {
     Param& p = param(i, "step");
     validate_group(groups_[p.group]);  // groups are mutable through group()
     const bool finite = check_grad(p, g);
-    if (!finite && options_.non_finite == NonFinite::Skip) {
-      ++skipped_steps_;
-      return;
-    }
+    if (skips(finite)) return;
     batch_clear();
     batch_add(p, g, finite);
     batch_run();
@@ -163,10 +160,7 @@ class HybridOptimizer {
       batch_add(params_[i], grads[i], f);
       finite = f && finite;
     }
-    if (!finite && options_.non_finite == NonFinite::Skip) {
-      ++skipped_steps_;
-      return;
-    }
+    if (skips(finite)) return;
     batch_run();
   }
 
@@ -189,10 +183,7 @@ class HybridOptimizer {
       batch_add(p, grads[k], f);
       finite = f && finite;
     }
-    if (!finite && options_.non_finite == NonFinite::Skip) {
-      ++skipped_steps_;
-      return;
-    }
+    if (skips(finite)) return;
     batch_run();
   }
 
@@ -281,6 +272,14 @@ class HybridOptimizer {
   }
 
  private:
+  /// Skip is whole-step: a non-finite gradient of any parameter skips every parameter's step, counted once (Throw
+  /// was raised by check_grad, before anything changed).
+  bool skips(bool finite) {
+    const bool skip = !finite && options_.non_finite == NonFinite::Skip;
+    skipped_steps_ += skip;
+    return skip;
+  }
+
   struct Param {
     std::string name;
     MatrixView<T> view;

@@ -70,8 +70,8 @@ struct Momentum {
   }
 };
 
-/// No momentum: U = G, no buffer (stateless methods such as SRON/SCALE-style normalization). The
-/// `momentum` and `nesterov` options are accepted and have no effect.
+/// No momentum: U = G, no buffer (stateless methods such as SRON/SCALE-style normalization). The typed
+/// `momentum` and `nesterov` fields have no effect; their facade keys are refused.
 struct NoMomentum {
   /// No buffer: U = G.
   static constexpr bool has_buffer = false;

@@ -18,13 +18,14 @@
 // costs what the chosen policy costs. The decision, the measured r_min and the number of switches are
 // in the parameter's state (and in checkpoints).
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <type_traits>
 
-#include "matopt/core/errors.hpp"
-#include "matopt/core/parse.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/parse.hpp"
 #include "matopt/diagnostics/diagonal_dominance.hpp"
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
@@ -41,6 +42,8 @@ template <class Cheap = RowNormalize, class Exact = Orthogonalize<>>
 struct Adaptive {
   /// "Adaptive".
   static constexpr const char* name() { return "Adaptive"; }
+  /// The planner's cost (distributed/plan.hpp): the larger of its two branches' (the exact one bounds a step).
+  static double cost(Index m, Index n) { return std::max(Cheap::cost(m, n), Exact::cost(m, n)); }
   /// "Adaptive<Cheap, Exact>".
   static std::string identity() {
     return std::string("Adaptive<") + detail::policy_identity<Cheap>() + ", " + detail::policy_identity<Exact>() + ">";

@@ -29,10 +29,11 @@
 
 #include <Eigen/Eigenvalues>
 
-#include "matopt/core/errors.hpp"
-#include "matopt/core/parse.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/parse.hpp"
 #include "matopt/diagnostics/ns_analysis.hpp"
 #include "matopt/diagnostics/spectrum.hpp"
+#include "matopt/distributed/plan.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
 
@@ -122,6 +123,8 @@ struct AutoSteps {
 
   /// "AutoSteps".
   static constexpr const char* name() { return "AutoSteps"; }
+  /// The planner's cost (distributed/plan.hpp): m n min(m, n), the Newton–Schulz products at the planned K.
+  static double cost(Index m, Index n) { return orthogonalize_cost(m, n); }
   /// "AutoSteps<Orthogonalize<Method>>".
   static std::string identity() { return std::string("AutoSteps<") + detail::policy_identity<Inner>() + ">"; }
 

@@ -8,6 +8,7 @@
 
 #include <string_view>
 
+#include "matopt/distributed/plan.hpp"
 #include "matopt/precondition/row_normalize.hpp"
 
 namespace matopt {
@@ -31,6 +32,8 @@ struct ColNormalize {
 
   /// "ColNormalize".
   static constexpr const char* name() { return "ColNormalize"; }
+  /// The planner's cost (distributed/plan.hpp): m n, one pass over the entries.
+  static double cost(Index m, Index n) { return elementwise_cost(m, n); }
   /// Sizes the scales for n columns and the fused step's partial sums.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options&, Index m, Index n) {

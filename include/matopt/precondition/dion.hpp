@@ -26,10 +26,11 @@
 #include <Eigen/QR>
 
 #include "matopt/config.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/parse.hpp"
-#include "matopt/core/traits.hpp"
-#include "matopt/core/workspace.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/detail/traits.hpp"
+#include "matopt/core/detail/workspace.hpp"
+#include "matopt/distributed/plan.hpp"
 
 namespace matopt {
 
@@ -40,6 +41,8 @@ namespace matopt {
 struct DionPowerIteration {
   /// "DionPowerIteration".
   static constexpr const char* name() { return "DionPowerIteration"; }
+  /// The planner's cost (distributed/plan.hpp): m n min(m, n), the bound of its m n r power iteration (r <= min(m, n)).
+  static double cost(Index m, Index n) { return orthogonalize_cost(m, n); }
 
   /// Options of the step.
   struct Options {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "matopt/config.hpp"
+#include "matopt/distributed/plan.hpp"
 
 namespace matopt {
 
@@ -25,6 +26,8 @@ struct StatelessPreconditioner {
   static void validate(const Options&, std::string_view) {}
   static bool set_option(Options&, std::string_view, std::string_view) { return false; }
   static constexpr const char* option_keys() { return ""; }
+  /// The planner's cost (distributed/plan.hpp): m n, one pass over the entries.
+  static double cost(Index m, Index n) { return elementwise_cost(m, n); }
 };
 }  // namespace detail
 

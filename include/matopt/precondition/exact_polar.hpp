@@ -13,7 +13,7 @@
 
 #include <Eigen/SVD>
 
-#include "matopt/core/workspace.hpp"
+#include "matopt/core/detail/workspace.hpp"
 
 namespace matopt {
 

@@ -14,7 +14,7 @@
 
 #include <Eigen/LU>
 
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 #include "matopt/precondition/schedule.hpp"
 
 namespace matopt {

@@ -21,13 +21,13 @@
 #include <utility>
 #include <vector>
 
-#include "matopt/core/bf16_engine.hpp"
-#include "matopt/core/engine.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/norms.hpp"
-#include "matopt/core/parse.hpp"
-#include "matopt/core/workspace.hpp"
-#include "matopt/precondition/ns_algorithm.hpp"
+#include "matopt/core/detail/bf16_engine.hpp"
+#include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/detail/workspace.hpp"
+#include "matopt/precondition/detail/ns_algorithm.hpp"
 #include "matopt/precondition/schedule.hpp"
 
 namespace matopt {

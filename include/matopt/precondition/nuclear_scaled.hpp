@@ -13,7 +13,7 @@
 #include <string_view>
 
 #include "matopt/config.hpp"
-#include "matopt/core/traits.hpp"
+#include "matopt/core/detail/traits.hpp"
 
 namespace matopt {
 
@@ -30,6 +30,8 @@ struct NuclearScaled {
 
   /// "NuclearScaled".
   static constexpr const char* name() { return "NuclearScaled"; }
+  /// The planner's cost (distributed/plan.hpp): Inner's.
+  static double cost(Index m, Index n) { return Inner::cost(m, n); }
   /// "NuclearScaled<Inner>".
   static std::string identity() { return std::string("NuclearScaled<") + detail::policy_identity<Inner>() + ">"; }
 

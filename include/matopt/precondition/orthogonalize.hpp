@@ -12,7 +12,8 @@
 #include <string_view>
 
 #include "matopt/config.hpp"
-#include "matopt/core/traits.hpp"
+#include "matopt/core/detail/traits.hpp"
+#include "matopt/distributed/plan.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/row_blocks.hpp"
 
@@ -32,6 +33,8 @@ struct Orthogonalize {
 
   /// "Orthogonalize".
   static constexpr const char* name() { return "Orthogonalize"; }
+  /// The planner's cost (distributed/plan.hpp): m n min(m, n), the Newton–Schulz (or polar) products.
+  static double cost(Index m, Index n) { return orthogonalize_cost(m, n); }
   /// "Orthogonalize<Method>".
   static std::string identity() { return std::string("Orthogonalize<") + Method::name() + ">"; }
 

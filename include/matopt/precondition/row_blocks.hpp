@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "matopt/config.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/parse.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/parse.hpp"
 
 namespace matopt {
 

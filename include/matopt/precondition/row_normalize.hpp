@@ -9,11 +9,12 @@
 
 #include <string_view>
 
-#include "matopt/core/errors.hpp"
-#include "matopt/core/norms.hpp"
-#include "matopt/core/parse.hpp"
-#include "matopt/core/workspace.hpp"
-#include "matopt/precondition/fused_normalize.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/detail/workspace.hpp"
+#include "matopt/distributed/plan.hpp"
+#include "matopt/precondition/detail/fused_normalize.hpp"
 
 namespace matopt {
 
@@ -50,6 +51,8 @@ struct RowNormalize {
 
   /// "RowNormalize".
   static constexpr const char* name() { return "RowNormalize"; }
+  /// The planner's cost (distributed/plan.hpp): m n, one pass over the entries.
+  static double cost(Index m, Index n) { return elementwise_cost(m, n); }
   /// Sizes the scales for m rows and the fused step's partial sums.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options&, Index m, Index n) {

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 
 namespace matopt {
 
@@ -156,7 +156,7 @@ inline NsSchedule by_name(std::string_view name) {
 }  // namespace schedules
 }  // namespace matopt
 
-#include "matopt/core/parse.hpp"
+#include "matopt/core/detail/parse.hpp"
 
 namespace matopt::detail {
 

@@ -27,11 +27,11 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/norms.hpp"
-#include "matopt/core/parse.hpp"
-#include "matopt/core/traits.hpp"
-#include "matopt/core/workspace.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/detail/traits.hpp"
+#include "matopt/core/detail/workspace.hpp"
 #include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
@@ -252,6 +252,8 @@ struct SecondMoment {
 
   /// "SecondMoment".
   static constexpr const char* name() { return "SecondMoment"; }
+  /// The planner's cost (distributed/plan.hpp): Inner's (the moment is one pass over the entries).
+  static double cost(Index m, Index n) { return Inner::cost(m, n); }
   /// "SecondMoment<Inner, Moment>".
   static std::string identity() {
     return std::string("SecondMoment<") + detail::policy_identity<Inner>() + ", " + Moment::name() + ">";

@@ -23,9 +23,9 @@
 
 #include <Eigen/Core>
 
-#include "matopt/core/errors.hpp"
-#include "matopt/core/parse.hpp"
-#include "matopt/core/traits.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/detail/traits.hpp"
 #include "matopt/scaling/static.hpp"
 
 namespace matopt {

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <type_traits>
 
-#include "matopt/core/errors.hpp"
-#include "matopt/core/traits.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/traits.hpp"
 #include "matopt/scaling/shape.hpp"
 #include "matopt/scaling/step_rules.hpp"
 

@@ -19,9 +19,9 @@
 #include <string_view>
 #include <type_traits>
 
-#include "matopt/core/errors.hpp"
-#include "matopt/core/norms.hpp"
-#include "matopt/core/parse.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/parse.hpp"
 #include "matopt/scaling/shape.hpp"
 #include "matopt/scaling/step_rules.hpp"
 

@@ -2,7 +2,7 @@
 #pragma once
 /// @file
 /// Batched and BatchScalar: handles that run Newton–Schulz over a batch of same-shape matrices with cuda::Engine.
-// Handles for running the one Newton–Schulz algorithm (precondition/ns_algorithm.hpp) over a batch of
+// Handles for running the one Newton–Schulz algorithm (precondition/detail/ns_algorithm.hpp) over a batch of
 // same-shape matrices with cuda::Engine: `Batched<T>` (count column-major rows x cols matrices, `stride`
 // elements apart) and its scalar type `BatchScalar<T>` (one value per matrix).
 //

@@ -3,7 +3,7 @@
 /// @file
 /// cuda::Engine: the CUDA engine of DeviceOptimizer and Newton–Schulz (cuBLAS products, fused kernels, FP32/TF32/BF16).
 // cuda::Engine: the CUDA backend's engine for DeviceOptimizer (backend/device_optimizer.hpp) and for the
-// one Newton–Schulz algorithm (precondition/ns_algorithm.hpp). It has ThrustEngine's operations
+// one Newton–Schulz algorithm (precondition/detail/ns_algorithm.hpp). It has ThrustEngine's operations
 // (backend/thrust.hpp) with cuBLAS for the dense products and the kernels of kernels.cuh for the rest, on
 // `detail::Strided<T>` handles, T = float or double; and the same dense operations on `Batched<T>` handles
 // (batched.cuh: strided-batched cuBLAS), so NsMatrices<Batched<T>> runs a whole batch of same-shape
@@ -55,7 +55,7 @@
 #include "matopt/backend/cuda/buffer.cuh"
 #include "matopt/backend/cuda/errors.cuh"
 #include "matopt/backend/cuda/kernels.cuh"
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 
 namespace matopt::cuda {
 
@@ -252,7 +252,7 @@ class Engine {
     return {at(0, r, s), at(1, r, s), at(2, r, r), at(3, r, r), at(4, r, r), at(5, r, r)};
   }
 
-  /// Newton–Schulz (precondition/ns_algorithm.hpp) over `count` column-major r x s matrices at once in the
+  /// Newton–Schulz (precondition/detail/ns_algorithm.hpp) over `count` column-major r x s matrices at once in the
   /// batched workspace (reserve_batched<T>(count, r, s) first): form(b, x_b) writes matrix b; returns the
   /// results' handle, matrix b at data + b r s (engine memory, valid until the next batched call). DeviceOptimizer
   /// orthogonalizes row blocks of one shape (heads) this way: each product one strided-batched call for all.
@@ -342,7 +342,7 @@ class Engine {
     MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::find_non_finite");
     return fetch(static_cast<const int*>(flag)) == 0;
   }
-  /// Frobenius norm without overflow or underflow (core/norms.hpp's rule).
+  /// Frobenius norm without overflow or underflow (core/detail/norms.hpp's rule).
   template <class T>
   T norm(Strided<const T> x) {
     check_float<T>();
@@ -438,7 +438,7 @@ class Engine {
                             detail::space_of(w), stream_);
   }
 
-  // ---- Dense products (precondition/ns_algorithm.hpp's engine interface) ---------------------------------
+  // ---- Dense products (precondition/detail/ns_algorithm.hpp's engine interface) ---------------------------------
 
   /// C <- alpha A B + beta C (beta = 0: C not read).
   template <class T>
@@ -527,7 +527,7 @@ class Engine {
   void copy(const Strided<T>& src, Strided<T>& dst) {
     copy(Strided<const T>(src), dst);
   }
-  /// Turbo-Muon's AOL scaling (schedule.hpp; precondition/ns_algorithm.hpp): d = 1 / sqrt(max(row sums of |A|,
+  /// Turbo-Muon's AOL scaling (schedule.hpp; precondition/detail/ns_algorithm.hpp): d = 1 / sqrt(max(row sums of |A|,
   /// eps)) into scratch's first column, then X <- diag(d) X and A <- diag(d) A diag(d). A is symmetric (mirrored).
   static constexpr bool has_aol = true;
   /// Applies the AOL scaling to x and a (scratch: at least a.rows elements).

@@ -8,7 +8,7 @@
 //
 //  - element-wise: one 2-D kernel, for_each_element, over (inner, outer, batch) where `inner` is the
 //    output's unit-stride dimension: coalesced, no integer division; the operation is a functor on (i, j, b).
-//  - norms (core/norms.hpp's overflow-safe rule, per segment = per matrix of a batch): partial sums of
+//  - norms (core/detail/norms.hpp's overflow-safe rule, per segment = per matrix of a batch): partial sums of
 //    squares and maxima per fixed chunk, a per-segment finish, then (only where the plain sum left the
 //    normal range) a rescaled pass a * ||x / a||. Results stay on the device; the engine copies one value
 //    to pinned memory.
@@ -28,7 +28,7 @@
 #include "matopt/backend/cuda/errors.cuh"
 #include "matopt/backend/device_optimizer.hpp"
 #include "matopt/backend/thrust.hpp"
-#include "matopt/precondition/fused_normalize.hpp"
+#include "matopt/precondition/detail/fused_normalize.hpp"
 
 namespace matopt::cuda::detail {
 
@@ -538,7 +538,7 @@ struct MomentumRows {
   __device__ T operator()(Index i, Index j) const { return u_g * g(i, j) + u_v * v(i, j); }
 };
 
-/// ||U_i|| over the TPR threads of a group, core/norms.hpp's rule (the rescaled passes re-read the row).
+/// ||U_i|| over the TPR threads of a group, core/detail/norms.hpp's rule (the rescaled passes re-read the row).
 template <int TPR, class T, class Src>
 __device__ T group_row_norm(const Src& src, Index i, Index len, int lane, T* shared) {
   T s = T(0);

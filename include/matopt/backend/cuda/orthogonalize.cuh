@@ -13,7 +13,7 @@
 //
 // u and out are device pointers to `count` m x n matrices stored back to back (matrix b at u + b*m*n) in
 // `layout`; out = Orthogonalize<Method>(U_b) for each b, exactly the host preset's D: a tall U is transposed
-// to r x s (r = min(m, n)), run through precondition/ns_algorithm.hpp's NsMatrices (plain or Gram, per
+// to r x s (r = min(m, n)), run through precondition/detail/ns_algorithm.hpp's NsMatrices (plain or Gram, per
 // Method's options), and transposed back. The batched form runs NsMatrices once over Batched<T> handles:
 // strided-batched cuBLAS products (full A A^T: cuBLAS has no batched SYRK) and kernels over every matrix at
 // once, with a per-matrix normalization (batched.cuh). Work is queued on e.stream(); the calls synchronize
@@ -22,9 +22,9 @@
 // allocations out of a timed loop.
 
 #include "matopt/backend/cuda/engine.cuh"
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/precondition/detail/ns_algorithm.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
-#include "matopt/precondition/ns_algorithm.hpp"
 
 namespace matopt::cuda {
 namespace detail {

@@ -27,8 +27,8 @@
 
 #include <Eigen/Core>
 
-#include "matopt/core/norms.hpp"
-#include "matopt/core/parallel.hpp"
+#include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/parallel.hpp"
 #include "matopt/momentum/momentum.hpp"
 
 namespace matopt::detail {

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 
 namespace matopt::detail {
 

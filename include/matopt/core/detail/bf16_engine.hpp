@@ -24,9 +24,9 @@
 
 #include <Eigen/Core>
 
-#include "matopt/core/engine.hpp"
-#include "matopt/core/errors.hpp"
-#include "matopt/core/workspace.hpp"
+#include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/workspace.hpp"
 
 #if defined(MATOPT_HAS_ONEDNN)
 #include <oneapi/dnnl/dnnl.hpp>
@@ -172,7 +172,7 @@ inline void check_bf16_products(std::string_view where) {
 #endif
 }
 
-/// The host engine of the Newton–Schulz algorithm (precondition/ns_algorithm.hpp) with bfloat16 products: the
+/// The host engine of the Newton–Schulz algorithm (precondition/detail/ns_algorithm.hpp) with bfloat16 products: the
 /// element-wise operations are HostEngine's; syrk_lower and gemm round their operands to bfloat16 and multiply
 /// through oneDNN with float accumulation. M = DenseMap<T, Order>, T float or double.
 class Bf16HostEngine : public HostEngine {

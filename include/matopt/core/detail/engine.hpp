@@ -19,8 +19,8 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
-#include "matopt/core/norms.hpp"
-#include "matopt/core/parallel.hpp"
+#include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/parallel.hpp"
 
 #if defined(MATOPT_USE_BLAS)
 #include <mutex>
@@ -246,7 +246,7 @@ void copy_lower(const DenseMap<T, Order>& src, DenseMap<T, Order>& dst) {
     d.template triangularView<Eigen::Lower>() = s;
 }
 
-/// The Eigen path's engine for the backend-generic algorithms (precondition/ns_algorithm.hpp): the
+/// The Eigen path's engine for the backend-generic algorithms (precondition/detail/ns_algorithm.hpp): the
 /// configured GEMM engine's products on contiguous maps (M = DenseMap<T, Order>, one order per run).
 struct HostEngine {
   template <class M>

@@ -15,7 +15,7 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
-#include "matopt/core/parallel.hpp"
+#include "matopt/core/detail/parallel.hpp"
 
 namespace matopt::detail {
 

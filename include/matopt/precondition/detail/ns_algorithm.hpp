@@ -21,13 +21,13 @@
 #include <utility>
 #include <vector>
 
-#include "matopt/core/errors.hpp"
+#include "matopt/core/detail/errors.hpp"
 #include "matopt/precondition/schedule.hpp"
 
 namespace matopt::detail {
 
 /// The Newton–Schulz algorithm, written once for every backend: `Engine` supplies the dense operations
-/// on its matrix handles `M` (HostEngine, core/engine.hpp, for Eigen maps of either order; backend/thrust.hpp and
+/// on its matrix handles `M` (HostEngine, core/detail/engine.hpp, for Eigen maps of either order; backend/thrust.hpp and
 /// backend/cuda for device memory). x holds the r x s input (r <= s); y the same shape; a, b r x r;
 /// q, t r x r for the Gram variant. Returns the handle holding the result.
 template <class E, class = void>

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: MIT
+#pragma once
+/// @file
+/// ElementwiseOptimizer<T, Rule>: the element-wise optimizers (AdamW, Lion) as one skeleton and an update rule.
+// What the element-wise optimizers share, written once: the options lr, weight_decay and non_finite and their checks,
+// the state (the counters and the rule's buffers, in W's storage order; checkpoint fields), the argument checks and
+// the gradient gate. The rule (adamw.hpp, lion.hpp: ensmallen's update policies) declares
+//   name                               "matopt::AdamW": messages and checkpoints
+//   Options<T>                         an aggregate: lr, weight_decay, non_finite and the rule's own fields
+//   Buffers<Vec>                       its per-element buffers of vector type Vec (Eigen on the host, a device
+//                                      vector on a device): each(f) visits f(name, buffer)
+//   check_loaded(buffers, fail)        what loaded (host) buffers must satisfy (AdamW: v >= 0)
+//   validate(o, where)                 the rule's own fields (lr and weight_decay are checked here)
+//   set_option(o, key, value), keys    the rule's own keys
+//   update(w, g, buffers, o, t)        one step on checked arguments at step count t (1-based); g may be an
+//                                      expression (NonFinite::Zero)
+// Works on any Eigen matrix or vector. The device twins (backend/device_adamw.hpp, device_lion.hpp) take the same
+// rule's options and state fields, so checkpoints move between the two.
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+#include <Eigen/Core>
+
+#include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/detail/traits.hpp"
+#include "matopt/core/step_policy.hpp"
+
+namespace matopt {
+
+/// An element-wise optimizer: the update rule `Rule` (AdamW, Lion) with the skeleton every element-wise optimizer
+/// shares (options, state, checks, the non-finite policy, checkpoints). The same interface as Optimizer
+/// (make_state, step, options, checkpoints) on any Eigen matrix or vector.
+/// @tparam T float or double.
+/// @tparam Rule the update rule (rules::AdamW, rules::Lion; see the file comment for what a rule declares).
+template <class T, class Rule>
+class ElementwiseOptimizer {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "matopt::ElementwiseOptimizer<T, Rule>: T must be float or double");
+
+ public:
+  /// The scalar type T.
+  using Scalar = T;
+  /// The update rule.
+  using RuleType = Rule;
+  /// Hyperparameters (an aggregate): lr, weight_decay, non_finite and the rule's own.
+  using Options = typename Rule::template Options<T>;
+
+  /// A per-element buffer in W's storage order.
+  using Vector = Eigen::Matrix<T, Eigen::Dynamic, 1>;
+  /// Per-parameter state: the counters and the rule's buffers, in W's storage order.
+  struct State : StateCounters, Rule::template Buffers<Vector> {
+    /// Bytes held (the buffers).
+    std::size_t bytes() const {
+      std::size_t n = 0;
+      const_cast<State*>(this)->each([&](const char*, const Vector& b) { n += std::size_t(b.size()) * sizeof(T); });
+      return n;
+    }
+    /// Every field, for checkpoints: f(name, field).
+    template <class F>
+    void fields(F&& f) {
+      counter_fields(f);
+      this->each(f);
+    }
+    /// Checkpoint loading (serialization/archive.hpp): the rule's checks of what its loaded buffers mean.
+    template <class Fail>
+    void check_loaded(Fail&& fail) const {
+      Rule::check_loaded(*this, fail);
+    }
+  };
+
+  /// An optimizer with the default options.
+  ElementwiseOptimizer() : ElementwiseOptimizer(Options{}) {}
+  /// An optimizer with these options; throws std::invalid_argument naming the first bad one.
+  explicit ElementwiseOptimizer(const Options& options) : options_(options) { validate(options_, name()); }
+
+  /// The options; mutable between steps (schedules are the caller's), checked at each step.
+  Options& options() { return options_; }
+  /// The options (read-only).
+  const Options& options() const { return options_; }
+  /// The rule's name, such as "matopt::AdamW".
+  static constexpr const char* name() { return Rule::name; }
+  /// The name, as checkpoints record it.
+  static std::string identity() { return name(); }
+
+  /// Throws std::invalid_argument, prefixed by `where`, naming the first bad hyperparameter.
+  static void validate(const Options& o, std::string_view where) {
+    detail::require_positive(where, "lr", o.lr);
+    Rule::validate(o, where);
+    detail::require_nonnegative(where, "weight_decay", o.weight_decay);
+  }
+
+  /// Allocates the state (zero buffers) for parameter W.
+  template <class WMat>
+  State make_state(const Eigen::MatrixBase<WMat>& w) const {
+    State s;
+    s.rows = w.rows();
+    s.cols = w.cols();
+    s.layout = detail::layout_of_v<WMat>;
+    s.each([&](const char*, Vector& b) { b.setZero(w.size()); });
+    return s;
+  }
+
+  /// One step, in place. Throws std::invalid_argument (W and state unchanged) on bad options, a shape or layout
+  /// mismatch, or (under NonFinite::Throw) a non-finite gradient.
+  template <class WMat, class GMat>
+  void step(WMat&& w, const Eigen::MatrixBase<GMat>& g, State& state) const {
+    static_assert(detail::is_eigen_matrix_v<WMat>, "matopt::ElementwiseOptimizer::step: W must be an Eigen matrix");
+    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
+    constexpr const char* where = Rule::name;
+    validate(options_, where);
+    if (g.rows() != w.rows() || g.cols() != w.cols())
+      detail::fail(where, "G is ", detail::shape_string(g.rows(), g.cols()), " but W is ",
+                   detail::shape_string(w.rows(), w.cols()));
+    if (state.rows != w.rows() || state.cols != w.cols())
+      detail::fail(where, "state was made for a ", detail::shape_string(state.rows, state.cols),
+                   " parameter but W is ", detail::shape_string(w.rows(), w.cols()));
+    if (!detail::same_layout(state.layout, layout, w.rows(), w.cols()))
+      detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
+                   detail::layout_name(layout));
+    switch (detail::gradient_action(detail::all_finite(g), options_.non_finite, where, g.rows(), g.cols())) {
+      case detail::GradAction::Apply: return Rule::update(w, g.derived(), state, options_, ++state.steps);
+      case detail::GradAction::Skip: ++state.skipped; return;
+      case detail::GradAction::Zero:
+        Rule::update(w, g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); }), state, options_, ++state.steps);
+        ++state.zeroed;
+    }
+  }
+
+  /// The per-parameter lr is `lr` (the rule's per-element adaptivity aside).
+  T effective_lr(const State&) const { return options_.lr; }
+  /// No workspace: 0.
+  std::size_t workspace_bytes() const { return 0; }
+
+  /// Sets one option from text (keys lr, the rule's, weight_decay, non_finite); false for an unknown key.
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    if (key == "lr") o.lr = T(detail::parse_double(key, value));
+    else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
+    else if (key == "non_finite") o.non_finite = detail::parse_non_finite(key, value);
+    else return Rule::set_option(o, key, value);
+    return true;
+  }
+  /// "lr, <the rule's keys>, weight_decay, non_finite".
+  static std::string option_keys() { return std::string("lr, ") + Rule::keys + ", weight_decay, non_finite"; }
+
+ private:
+  Options options_;
+};
+
+}  // namespace matopt
