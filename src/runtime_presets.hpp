@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// matopt::runtime's preset files (runtime_<part>.cpp; polar: runtime_polar_float.cpp and runtime_polar_double.cpp): each compiles the facade's models (AnyOptimizer's type-erased
-// step, state and options of a preset, behind detail::configured) and the steps of the preset table's rows of its
-// part (presets.hpp, MATOPT_FACADE_PRESETS), for float and double. A file defines MATOPT_RUNTIME_PART_<part>_<T>
-// for the parts and scalar types it compiles, then includes this header. The presets are split over several files
-// so that the library builds in parallel: in one file, the thirteen presets took several times longer than any one
-// of these (docs/results/ci-log.md).
+// matopt::runtime's preset files, src/runtime_<part>.cpp (part polar: runtime_polar_float.cpp and
+// runtime_polar_double.cpp): each compiles the facade's models (AnyOptimizer's type-erased step, state and options of
+// a preset, behind detail::configured) and the steps of the preset table's rows of its part (presets.hpp,
+// MATOPT_FACADE_PRESETS), for float and double. A file defines MATOPT_RUNTIME_PART_<part>_<T> for the parts and
+// scalar types it compiles, then includes this header. The presets are split over several files so that the library
+// builds in parallel: in one file, the thirteen presets took several times longer than any one of these
+// (docs/results/ci-log.md).
 #pragma once
 #ifndef MATOPT_RUNTIME_COMPILED
 #error "src/runtime_*.cpp are built by the matopt::runtime target, which defines MATOPT_RUNTIME_COMPILED"

@@ -53,7 +53,8 @@ class DeviceElementwise {
     /// Device bytes (the buffers).
     std::size_t bytes() const {
       std::size_t n = 0;
-      const_cast<State*>(this)->each([&](const char*, const thrust::device_vector<T>& b) { n += b.size() * sizeof(T); });
+      const_cast<State*>(this)->each(
+          [&](const char*, const thrust::device_vector<T>& b) { n += b.size() * sizeof(T); });
       return n;
     }
 

@@ -336,8 +336,8 @@ class Optimizer {
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     constexpr bool momentum = MomentumPolicy::has_buffer;
     if ((key == "momentum" || key == "nesterov") && !momentum)
-      detail::fail(Defaults::name, "option '", key, "' does not apply: it steps without momentum (", MomentumPolicy::name(),
-                   ")");
+      detail::fail(Defaults::name, "option '", key, "' does not apply: it steps without momentum (",
+                   MomentumPolicy::name(), ")");
     if (key == "lr") o.lr = T(detail::parse_double(key, value));
     else if (key == "momentum") o.momentum = T(detail::parse_double(key, value));
     else if (key == "nesterov") o.nesterov = detail::parse_bool(key, value);
