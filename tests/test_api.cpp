@@ -402,3 +402,43 @@ TEST_CASE("hybrid: routing, groups and effective lr") {
   CHECK(all.route(all.add("embed", view(emb), Role::Embedding)) == Route::Matrix);
   CHECK(all.route(all.add("head", view(w2), Role::Head)) == Route::Matrix);
 }
+
+namespace {
+/// A scaling that also takes RowNormalize's key norm_eps (as its own eps): a composition giving one key two meanings.
+struct StaticWithNormEps : Static<shape::Unit> {
+  static bool set_option(Options& o, std::string_view key, std::string_view value) {
+    return key == "norm_eps" || Static<shape::Unit>::set_option(o, key, value);
+  }
+};
+}  // namespace
+
+TEST_CASE("options: a key two stages accept is an error, and a key that does not apply is refused, changing nothing") {
+  // Two meanings for one key: refused, naming both stages, the options unchanged.
+  using Clash = Optimizer<double, RowNormalize, Momentum<Sum>, StaticWithNormEps>;
+  Clash::Options o;
+  CHECK_THROWS_WITH_AS(Clash::set_option(o, "norm_eps", "1e-6"),
+                       "matopt::Optimizer: option 'norm_eps' is a key of both its preconditioner (RowNormalize) and "
+                       "its scaling (Static): a composition must give each key one meaning",
+                       std::invalid_argument);
+  CHECK(o.precondition.eps == 1e-12);
+  // Each stage's own keys still go to it.
+  CHECK(Clash::set_option(o, "lr_rule", "sqrt_max"));
+  CHECK(o.scaling.lr_rule == LrRule::SqrtMax);
+  // No momentum policy: its keys do not apply (Dion's own momentum is mu), by the typed optimizer and the facade.
+  using Plain = Optimizer<float, Identity, NoMomentum, Static<shape::Unit>>;
+  Plain::Options p;
+  for (const char* key : {"momentum", "nesterov"}) {
+    CAPTURE(key);
+    CHECK_THROWS_WITH_AS(Plain::set_option(p, key, "0.5"),
+                         doctest::Contains(("option '" + std::string(key) + "' does not apply").c_str()),
+                         std::invalid_argument);
+  }
+  CHECK(Plain::option_keys() == "lr, weight_decay, non_finite, lr_rule, extra_scale_factor, weight_decay_method, "
+                                 "cautious_weight_decay");
+  auto dion = make_optimizer<double>("dion");
+  CHECK_THROWS_WITH_AS(dion.set("momentum", "0.9"),
+                       "matopt::Dion: option 'momentum' does not apply: it steps without momentum (None)",
+                       std::invalid_argument);
+  CHECK(dion.option_keys().find("momentum") == std::string::npos);
+  CHECK_NOTHROW(dion.set("mu", "0.9"));
+}
