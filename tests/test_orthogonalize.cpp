@@ -195,9 +195,9 @@ TEST_CASE_TEMPLATE("bfloat16 products equal the exact product of the rounded ope
     const Eigen::MatrixXd a = randn(m, k, 5), b = randn(k, n, 6);
     detail::Bf16Scratch scratch;
     scratch.reserve(std::max({m * k, k * n, m * m}), std::max(m * n, m * m));
-    detail::Bf16HostEngine e(scratch);
     auto both_orders = [&](auto order_tag) {
       constexpr int Order = decltype(order_tag)::value;
+      detail::Bf16HostEngine e(scratch);  // an engine per run: it keeps roundings of the matrices it reads
       using Mat = Eigen::Matrix<T, -1, -1, Order>;
       Mat am = a.cast<T>(), bm = b.cast<T>(), c = Mat::Constant(m, n, T(7)), s = Mat::Zero(m, m);
       detail::DenseMap<T, Order> amap(am.data(), m, k), bmap(bm.data(), k, n), cmap(c.data(), m, n),
@@ -217,6 +217,21 @@ TEST_CASE_TEMPLATE("bfloat16 products equal the exact product of the rounded ope
       CHECK(((lower - Eigen::MatrixXd(ref.template triangularView<Eigen::Lower>())).cwiseAbs().array() <=
              bound.array())
                 .all());
+      // alpha and beta (oneDNN's output scale and sum for float): lower(S) <- 2 A A^T - lower(S), within twice the
+      // product's bound plus the rounding of the sum in T
+      const Eigen::MatrixXd before = s.template cast<double>();
+      e.syrk_lower(T(2), amap, T(-1), smap);
+      const Eigen::MatrixXd expected = 2 * ref - before;
+      const Eigen::MatrixXd sum_bound =
+          2 * bound + std::numeric_limits<T>::epsilon() * (2 * ref.cwiseAbs() + before.cwiseAbs());
+      const Eigen::MatrixXd diff = (s.template cast<double>() - expected).cwiseAbs();
+      CHECK((diff.template triangularView<Eigen::Lower>().toDenseMatrix().array() <= sum_bound.array()).all());
+      // a rounding is reused only while its source is unchanged: A written through the engine is rounded again
+      e.gemm(T(1), amap, bmap, T(0), cmap);
+      e.scale(amap, T(2));
+      e.gemm(T(1), amap, bmap, T(0), cmap);
+      check_product(c.template cast<double>(), 2 * a.cast<T>().template cast<double>(),
+                    b.cast<T>().template cast<double>());
     };
     both_orders(std::integral_constant<int, Eigen::ColMajor>{});
     both_orders(std::integral_constant<int, Eigen::RowMajor>{});

@@ -13,6 +13,7 @@
 // oneDNN is found at configure time (CMake MATOPT_ONEDNN, libdnnl-dev on Debian) and exported to every translation
 // unit as the compile definition MATOPT_HAS_ONEDNN; without it `bfloat16` is refused by the option.
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -83,17 +84,16 @@ void check_ns_dtype(Dtype d, const char* where) {
                 "float32");
 }
 
-/// Scratch of the bfloat16 products: both operands rounded (r s elements each) and a float result (r s) for
-/// products whose result is not written straight into a float C.
+/// Scratch of the bfloat16 products: three rounded operands (r s elements each; Bf16HostEngine reuses a rounding
+/// while its source is unchanged) and a float result (r s) for double products.
 struct Bf16Scratch {
-  Buffer<std::uint16_t> lhs, rhs;
+  std::array<Buffer<std::uint16_t>, 3> operands;
   Buffer<float> out;
   void reserve(Index operand, Index result) {
-    lhs.reserve(operand);
-    rhs.reserve(operand);
+    for (auto& o : operands) o.reserve(operand);
     out.reserve(result);
   }
-  std::size_t bytes() const { return lhs.bytes() + rhs.bytes() + out.bytes(); }
+  std::size_t bytes() const { return operands[0].bytes() * operands.size() + out.bytes(); }
 };
 
 #if defined(MATOPT_HAS_ONEDNN)
@@ -107,10 +107,12 @@ inline dnnl::stream& onednn_stream() {
   return s;
 }
 
-/// A matmul primitive for one shape and set of strides, made once per thread and kept (a Newton–Schulz run
-/// repeats the same few products; oneDNN's own cache would still rebuild the descriptors on every call).
-inline dnnl::matmul& onednn_matmul(const std::array<dnnl::memory::dim, 9>& key) {
-  thread_local std::map<std::array<dnnl::memory::dim, 9>, dnnl::matmul> cache;
+/// A matmul primitive C <- alpha A B + beta C for one shape, set of strides and (alpha, beta) (an output scale and a
+/// sum post-op where they are not 1 and 0), made once per thread and kept (a Newton–Schulz run repeats the same few
+/// products; oneDNN's own cache would still rebuild the descriptors on every call). key: m, n, k, the strides of A,
+/// B and C, and the bits of alpha and beta.
+inline dnnl::matmul& onednn_matmul(const std::array<dnnl::memory::dim, 11>& key) {
+  thread_local std::map<std::array<dnnl::memory::dim, 11>, dnnl::matmul> cache;
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= 256) cache.clear();  // a bounded set of shapes: a model's matrices
@@ -119,7 +121,18 @@ inline dnnl::matmul& onednn_matmul(const std::array<dnnl::memory::dim, 9>& key) 
   const dnnl::memory::desc src(m_k, dt::bf16, dnnl::memory::dims{key[3], key[4]});
   const dnnl::memory::desc wei(k_n, dt::bf16, dnnl::memory::dims{key[5], key[6]});
   const dnnl::memory::desc dst(m_n, dt::f32, dnnl::memory::dims{key[7], key[8]});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), onednn_engine());
+  float alpha, beta;
+  const std::uint32_t alpha_bits = std::uint32_t(key[9]), beta_bits = std::uint32_t(key[10]);
+  std::memcpy(&alpha, &alpha_bits, sizeof alpha);
+  std::memcpy(&beta, &beta_bits, sizeof beta);
+  dnnl::primitive_attr attr;
+  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
+  if (beta != 0.0f) {
+    dnnl::post_ops sum;
+    sum.append_sum(beta);
+    attr.set_post_ops(sum);
+  }
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, onednn_engine());
   return cache.emplace(key, dnnl::matmul(pd)).first->second;
 }
 
@@ -174,7 +187,11 @@ inline void check_bf16_products(std::string_view where) {
 
 /// The host engine of the Newton–Schulz algorithm (precondition/detail/ns_algorithm.hpp) with bfloat16 products: the
 /// element-wise operations are HostEngine's; syrk_lower and gemm round their operands to bfloat16 and multiply
-/// through oneDNN with float accumulation. M = DenseMap<T, Order>, T float or double.
+/// through oneDNN with float accumulation (alpha and beta applied by oneDNN for float C). M = DenseMap<T, Order>, T
+/// float or double.
+/// - Round once: an operand's rounding is kept in one of three slots and reused while its source is unchanged (X is
+///   read by A = X X^T and by B X of the same step); every write through this engine forgets the roundings of what it
+///   writes. An engine lives for one run, whose matrices only it writes.
 class Bf16HostEngine : public HostEngine {
  public:
   explicit Bf16HostEngine(Bf16Scratch& scratch) : s_(&scratch) {}
@@ -182,25 +199,100 @@ class Bf16HostEngine : public HostEngine {
   /// lower(C) <- alpha A A^T + beta lower(C); computed as a full product (C's upper triangle is written too).
   template <class M>
   void syrk_lower(typename M::Scalar alpha, const M& a, typename M::Scalar beta, M& c) {
-    round_into(a, s_->lhs);
-    product(alpha, a.rows(), a.cols(), a.rows(), s_->lhs.data(), strides(a), s_->lhs.data(), transposed(strides(a)),
-            beta, c);
+    forget(c);
+    const std::uint16_t* ar = rounded(a, nullptr);
+    product(alpha, a.rows(), a.cols(), a.rows(), ar, strides(a), ar, transposed(strides(a)), beta, c.data(), strides(c));
   }
   /// C <- alpha A B + beta C.
   template <class M>
   void gemm(typename M::Scalar alpha, const M& a, const M& b, typename M::Scalar beta, M& c) {
-    round_into(a, s_->lhs);
-    round_into(b, s_->rhs);
-    product(alpha, a.rows(), a.cols(), b.cols(), s_->lhs.data(), strides(a), s_->rhs.data(), strides(b), beta, c);
+    forget(c);
+    const std::uint16_t* ar = rounded(a, nullptr);
+    const std::uint16_t* br = rounded(b, ar);
+    product(alpha, a.rows(), a.cols(), b.cols(), ar, strides(a), br, strides(b), beta, c.data(), strides(c));
+  }
+  // HostEngine's writes, forgetting the roundings of what they write.
+  template <class M>
+  void scale(M& x, typename M::Scalar v) {
+    forget(x);
+    HostEngine::scale(x, v);
+  }
+  template <class M>
+  void mirror_lower(M& c) {
+    forget(c);
+    HostEngine::mirror_lower(c);
+  }
+  template <class M>
+  void copy_lower(const M& src, M& dst) {
+    forget(dst);
+    HostEngine::copy_lower(src, dst);
+  }
+  template <class M>
+  void add_diagonal(M& c, typename M::Scalar v) {
+    forget(c);
+    HostEngine::add_diagonal(c, v);
+  }
+  template <class M>
+  void copy(const M& src, M& dst) {
+    forget(dst);
+    HostEngine::copy(src, dst);
+  }
+  template <class M>
+  void aol_scale(M& x, M& a, M& scratch, typename M::Scalar eps) {
+    forget(x);
+    forget(a);
+    forget(scratch);
+    HostEngine::aol_scale(x, a, scratch, eps);
   }
 
  private:
   using Strides = std::array<Index, 2>;  // (row stride, column stride) in elements
+  /// What a slot holds: the rounding of rows x cols elements at `source` with these strides (source null: nothing).
+  struct Slot {
+    const void* source = nullptr;
+    Index rows = 0, cols = 0;
+    Strides st{};
+    unsigned long used = 0;
+  };
+
   template <class M>
   static Strides strides(const M& x) {
     return M::IsRowMajor ? Strides{x.outerStride(), 1} : Strides{1, x.outerStride()};
   }
   static Strides transposed(Strides s) { return {s[1], s[0]}; }
+
+  /// Forgets the roundings of x's elements (x is about to be written).
+  template <class M>
+  void forget(const M& x) {
+    const char* begin = reinterpret_cast<const char*>(x.data());
+    const char* end = begin + x.size() * Index(sizeof(typename M::Scalar));
+    for (Slot& slot : slots_) {
+      const char* s = static_cast<const char*>(slot.source);
+      if (s != nullptr && s < end && begin < s + slot.rows * slot.cols * Index(sizeof(typename M::Scalar)))
+        slot.source = nullptr;
+    }
+  }
+  /// x rounded to bfloat16, element for element in x's storage: a slot's rounding if it holds x, else x rounded into
+  /// the least recently used slot other than `keep` (the other operand of the same product).
+  template <class M>
+  const std::uint16_t* rounded(const M& x, const std::uint16_t* keep) {
+    const Strides st = strides(x);
+    Index pick = -1;
+    for (Index i = 0; i < Index(slots_.size()); ++i) {
+      const Slot& slot = slots_[std::size_t(i)];
+      if (slot.source == x.data() && slot.rows == x.rows() && slot.cols == x.cols() && slot.st == st) {
+        slots_[std::size_t(i)].used = ++clock_;
+        return s_->operands[std::size_t(i)].data();
+      }
+      if (s_->operands[std::size_t(i)].data() != keep &&
+          (pick < 0 || slot.used < slots_[std::size_t(pick)].used))
+        pick = i;
+    }
+    Buffer<std::uint16_t>& to = s_->operands[std::size_t(pick)];
+    round_into(x, to);
+    slots_[std::size_t(pick)] = Slot{x.data(), x.rows(), x.cols(), st, ++clock_};
+    return to.data();
+  }
   /// The contiguous matrix x rounded to bfloat16 into `to`, element for element in the same storage: float through
   /// oneDNN's reorder (vectorized for the CPU it runs on, threaded), double here (one rounding, to_bfloat16).
   template <class M>
@@ -224,57 +316,62 @@ class Bf16HostEngine : public HostEngine {
       for (Index i = 0; i < n; ++i) out[i] = to_bfloat16(in[i]);
     }
   }
-  /// C (m x n) <- alpha A B + beta C, A m x k and B k x n as bfloat16 with the given strides.
-  template <class M>
-  void product(typename M::Scalar alpha, Index m, Index k, Index n, const std::uint16_t* a, Strides sa,
-               const std::uint16_t* b, Strides sb, typename M::Scalar beta, M& c) {
-    using T = typename M::Scalar;
+  /// C (m x n at c, strides sc) <- alpha A B + beta C (beta = 0: C not read), A m x k and B k x n as bfloat16 with
+  /// the given strides: a float C directly, a double C through the float scratch.
+  template <class T>
+  void product(T alpha, Index m, Index k, Index n, const std::uint16_t* a, Strides sa, const std::uint16_t* b,
+               Strides sb, T beta, T* c, Strides sc) {
     if (m == 0 || n == 0) return;
-    const Strides sc = strides(c);
-    constexpr bool direct_type = std::is_same_v<T, float>;
-    const bool direct = direct_type && alpha == T(1) && beta == T(0);
-    float* out = direct ? reinterpret_cast<float*>(c.data()) : s_->out.data();
-    const Strides so = direct ? sc : Strides{M::IsRowMajor ? n : 1, M::IsRowMajor ? 1 : m};
-    if (k == 0) {
-      for (Index i = 0; i < m * n; ++i) out[i] = 0.0f;
-    } else if (so[0] == 1 && so[1] != 1) {
+    if (k == 0) {  // C <- beta C
+      for (Index i = 0; i < m; ++i)
+        for (Index j = 0; j < n; ++j) c[i * sc[0] + j * sc[1]] = beta == T(0) ? T(0) : beta * c[i * sc[0] + j * sc[1]];
+      return;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      multiply(m, k, n, a, sa, b, sb, c, sc, alpha, beta);
+    } else {
+      float* out = s_->out.data();  // dense m x n, row-major, then C <- alpha R + beta C in T
+      multiply(m, k, n, a, sa, b, sb, out, Strides{n, 1}, 1.0f, 0.0f);
+      for (Index i = 0; i < m; ++i)
+        for (Index j = 0; j < n; ++j) {
+          T& cij = c[i * sc[0] + j * sc[1]];
+          cij = beta == T(0) ? alpha * T(out[i * n + j]) : alpha * T(out[i * n + j]) + beta * cij;
+        }
+    }
+  }
+  /// out (m x n, strides so) <- alpha A B + beta out in float, A m x k and B k x n as bfloat16 with the given
+  /// strides.
+  static void multiply(Index m, Index k, Index n, const std::uint16_t* a, Strides sa, const std::uint16_t* b,
+                       Strides sb, float* out, Strides so, float alpha, float beta) {
+#if defined(MATOPT_HAS_ONEDNN)
+    if (so[0] == 1 && so[1] != 1) {
       // oneDNN's fast kernels write a row-major result only (a column-major one takes its reference kernel,
       // thousands of times slower): C^T = B^T A^T, with C^T row-major in the same storage.
-      multiply(n, k, m, b, transposed(sb), a, transposed(sa), out, transposed(so));
-    } else {
-      multiply(m, k, n, a, sa, b, sb, out, so);
+      multiply(n, k, m, b, transposed(sb), a, transposed(sa), out, transposed(so), alpha, beta);
+      return;
     }
-    if (direct) return;
-    // C <- alpha R + beta C (beta = 0: C not read), R the float result in C's storage order.
-    const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic,
-                                         M::IsRowMajor ? Eigen::RowMajor : Eigen::ColMajor>>
-        r(s_->out.data(), m, n);
-    if (beta == T(0))
-      c = alpha * r.template cast<T>();
-    else
-      c = alpha * r.template cast<T>() + beta * c;
-  }
-  /// out (m x n, strides so) <- A B in float, A m x k and B k x n as bfloat16 with the given strides.
-  static void multiply(Index m, Index k, Index n, const std::uint16_t* a, Strides sa, const std::uint16_t* b,
-                       Strides sb, float* out, Strides so) {
-#if defined(MATOPT_HAS_ONEDNN)
-    {
-      dnnl::matmul& mm = onednn_matmul({m, n, k, sa[0], sa[1], sb[0], sb[1], so[0], so[1]});
-      using dt = dnnl::memory::data_type;
-      dnnl::engine& e = onednn_engine();
-      dnnl::memory src({{m, k}, dt::bf16, dnnl::memory::dims{sa[0], sa[1]}}, e, const_cast<std::uint16_t*>(a));
-      dnnl::memory wei({{k, n}, dt::bf16, dnnl::memory::dims{sb[0], sb[1]}}, e, const_cast<std::uint16_t*>(b));
-      dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{so[0], so[1]}}, e, out);
-      mm.execute(onednn_stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
-      onednn_stream().wait();
-    }
+    std::uint32_t alpha_bits, beta_bits;
+    std::memcpy(&alpha_bits, &alpha, sizeof alpha);
+    std::memcpy(&beta_bits, &beta, sizeof beta);
+    dnnl::matmul& mm =
+        onednn_matmul({m, n, k, sa[0], sa[1], sb[0], sb[1], so[0], so[1], dnnl::memory::dim(alpha_bits),
+                       dnnl::memory::dim(beta_bits)});
+    using dt = dnnl::memory::data_type;
+    dnnl::engine& e = onednn_engine();
+    dnnl::memory src({{m, k}, dt::bf16, dnnl::memory::dims{sa[0], sa[1]}}, e, const_cast<std::uint16_t*>(a));
+    dnnl::memory wei({{k, n}, dt::bf16, dnnl::memory::dims{sb[0], sb[1]}}, e, const_cast<std::uint16_t*>(b));
+    dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{so[0], so[1]}}, e, out);
+    mm.execute(onednn_stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+    onednn_stream().wait();
 #else
-    (void)m, (void)k, (void)n, (void)a, (void)sa, (void)b, (void)sb, (void)out, (void)so;
+    (void)m, (void)k, (void)n, (void)a, (void)sa, (void)b, (void)sb, (void)out, (void)so, (void)alpha, (void)beta;
     fail("matopt::NewtonSchulz", "ns_dtype = bfloat16 needs oneDNN (libdnnl-dev), and this build has none");
 #endif
   }
 
   Bf16Scratch* s_;
+  std::array<Slot, 3> slots_{};
+  unsigned long clock_ = 0;
 };
 
 }  // namespace matopt::detail
