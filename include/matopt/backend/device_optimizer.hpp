@@ -228,10 +228,9 @@ Strided<T> form_in_workspace(DeviceWorkspace<T>& ws, Index m, Index n, Layout la
   return u;
 }
 
-/// RowNormalize (Columns = false) and ColNormalize (true): D = U / max(||U_i||, eps) per row, or per column
-/// as the rows of U^T.
+/// RowNormalize and ColNormalize: D = U / max(||U_i||, eps) per row, or per column as the rows of U^T.
 template <bool Columns>
-struct DeviceNormalize {
+struct DevicePreconditioner<NormalizeLines<Columns>> {
   using Options = detail::NormalizeOptions;
   template <class T>
   static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
@@ -248,10 +247,6 @@ struct DeviceNormalize {
     return u;
   }
 };
-template <>
-struct DevicePreconditioner<RowNormalize> : DeviceNormalize<false> {};
-template <>
-struct DevicePreconditioner<ColNormalize> : DeviceNormalize<true> {};
 
 template <>
 struct DevicePreconditioner<Identity> {
@@ -803,7 +798,7 @@ class DeviceOptimizer {
   /// Row/ColNormalize with Static scaling: one pass per normalized vector (fused_normalize.hpp's step).
   static constexpr bool fused =
       MomentumType::has_buffer && detail::has_fused_step_v<ScalingType> &&
-      (std::is_same_v<PreconditionerType, RowNormalize> || std::is_same_v<PreconditionerType, ColNormalize>);
+      detail::is_normalize_lines_v<PreconditionerType>;
 
   /// The preconditioner's state must fit these options (SecondMoment: S sized for the row blocks of make_state).
   void check_policy_state(const State& state, Index m, Index n, const char* where) const {
@@ -880,7 +875,7 @@ class DeviceOptimizer {
       const auto k = ScalingType::coefficients(options_.scaling, lr, lambda, m, n);
       if (!k.cautious) {  // the fused kernels have no masked decay: cautious takes the unfused step below
         const detail::FusedStep<T> f{c, T(options_.precondition.eps), k.keep, k.step};
-        if constexpr (std::is_same_v<PreconditionerType, RowNormalize>)
+        if constexpr (!PreconditionerType::columns)
           engine_.fused_normalize_rows(w, g, v, f);
         else
           engine_.fused_normalize_rows(w.t(), detail::Strided<const T>(g.t()), v.t(), f);

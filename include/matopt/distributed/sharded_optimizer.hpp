@@ -110,8 +110,7 @@ class ShardedOptimizer {
 
   /// RowSharded cuts rows for RowNormalize, columns for ColNormalize; both need Static scaling's fused step.
   static constexpr bool row_shardable =
-      (std::is_same_v<Preconditioner, RowNormalize> || std::is_same_v<Preconditioner, ColNormalize>) &&
-      detail::has_fused_step_v<Scaling> && Momentum::has_buffer;
+      detail::is_normalize_lines_v<Preconditioner> && detail::has_fused_step_v<Scaling> && Momentum::has_buffer;
   /// Whether RowSharded mode cuts columns (ColNormalize) rather than rows.
   static constexpr bool split_columns = std::is_same_v<Preconditioner, ColNormalize>;
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file
-/// RowNormalize: each row of U divided by its norm (RMNP, arXiv 2603.20527).
+/// RowNormalize: each row of U divided by its norm (RMNP, arXiv 2603.20527), and NormalizeLines, its template.
 // RowNormalize (RMNP, arXiv 2603.20527; code Dominator-Index/RMNP; docs/math.md#row-normalization-rmnp):
 // D_i = U_i / max(||U_i||_2, eps) for each row i, i.e. normalization over the input dimension.
 // Equal to Muon's (U U^T)^(-1/2) U when U U^T is diagonal, at Theta(mn) instead of Theta(mn min(m,n)).
 // Zero rows give zero rows. No transpose for tall matrices (the authors found it worse).
+// ColNormalize (col_normalize.hpp) is the same policy over columns: both are NormalizeLines.
 
 #include <string_view>
 
@@ -19,76 +20,97 @@
 namespace matopt {
 
 namespace detail {
-/// Shared by RowNormalize and ColNormalize: the normalizing eps (F.normalize's 1e-12 by default).
+/// RowNormalize's and ColNormalize's options: the normalizing eps (F.normalize's 1e-12 by default).
 struct NormalizeOptions {
   double eps = 1e-12;
 };
-inline void validate_normalize(const NormalizeOptions& o, std::string_view where) {
-  require_positive(where, "norm_eps", o.eps);
-}
-inline bool set_normalize_option(NormalizeOptions& o, std::string_view key, std::string_view value) {
-  if (key != "norm_eps") return false;
-  o.eps = parse_double(key, value);
-  return true;
-}
 }  // namespace detail
 
-/// D_i = U_i / max(||U_i||_2, eps) for each row i (RMNP, arXiv 2603.20527): Muon's (U U^T)^(-1/2) U when U U^T is
-/// diagonal, at Theta(mn). Zero rows stay zero; no transpose for tall matrices (@ref policy_preconditioner).
-struct RowNormalize {
+/// Each line of U divided by its norm, max(||line||_2, eps): rows (RowNormalize, RMNP) or columns
+/// (ColNormalize, Scion's column normalization). Zero lines stay zero (@ref policy_preconditioner).
+template <bool Columns>
+struct NormalizeLines {
+  /// Whether the lines are columns (ColNormalize) rather than rows (RowNormalize).
+  static constexpr bool columns = Columns;
   /// One option: `eps`, the norm floor (default 1e-12, as torch's F.normalize; key norm_eps; > 0).
   using Options = detail::NormalizeOptions;
-  /// Scratch: per-row scales, and partial sums for the fused step on column-major storage.
+  /// Scratch: per-line scales, and partial sums for the fused step across the storage order.
   template <class T>
   struct Workspace {
-    /// Internal: 1 / max(||U_i||, eps), one per row.
-    detail::Buffer<T> scale;    // 1 / max(||U_i||, eps), one per row
+    /// Internal: 1 / max(||line||, eps), one per line.
+    detail::Buffer<T> scale;
     /// Internal: the fused step's partial sums of squares.
-    detail::Buffer<T> partial;  // fused step on column-major storage: partial sums of squares
+    detail::Buffer<T> partial;
     /// Bytes held.
     std::size_t bytes() const { return scale.bytes() + partial.bytes(); }
   };
 
-  /// "RowNormalize".
-  static constexpr const char* name() { return "RowNormalize"; }
+  /// "RowNormalize" or "ColNormalize".
+  static constexpr const char* name() { return Columns ? "ColNormalize" : "RowNormalize"; }
   /// The planner's cost (distributed/plan.hpp): m n, one pass over the entries.
   static double cost(Index m, Index n) { return elementwise_cost(m, n); }
-  /// Sizes the scales for m rows and the fused step's partial sums.
+  /// Sizes the scales for the lines (m rows or n columns) and the fused step's partial sums.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options&, Index m, Index n) {
-    ws.scale.reserve(m);
-    ws.partial.reserve(m * detail::across_blocks(n));
+    const Index lines = Columns ? n : m, length = Columns ? m : n;
+    ws.scale.reserve(lines);
+    ws.partial.reserve(lines * detail::across_blocks(length));
   }
   /// Throws std::invalid_argument unless norm_eps is finite and > 0.
-  static void validate(const Options& o, std::string_view where) { detail::validate_normalize(o, where); }
+  static void validate(const Options& o, std::string_view where) {
+    detail::require_positive(where, "norm_eps", o.eps);
+  }
   /// Key norm_eps.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return detail::set_normalize_option(o, key, value);
+    if (key != "norm_eps") return false;
+    o.eps = detail::parse_double(key, value);
+    return true;
   }
   /// "norm_eps".
   static constexpr const char* option_keys() { return "norm_eps"; }
 
-  /// Calls sink(D), the rows of U normalized.
+  /// Calls sink(D), the lines of U normalized.
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
-    auto scale = ws.scale.vector(u.rows());
-    scale.noalias() = u.rowwise().squaredNorm();
-    for (Index i = 0; i < u.rows(); ++i) scale(i) = detail::rescaled_norm(u.row(i), scale(i));
+    auto scale = ws.scale.vector(Columns ? u.cols() : u.rows());
+    if constexpr (Columns)
+      scale.noalias() = u.colwise().squaredNorm().transpose();
+    else
+      scale.noalias() = u.rowwise().squaredNorm();
+    for (Index i = 0; i < scale.size(); ++i)
+      scale(i) = Columns ? detail::rescaled_norm(u.col(i), scale(i)) : detail::rescaled_norm(u.row(i), scale(i));
     scale = scale.cwiseMax(T(o.eps)).cwiseInverse();
-    sink(scale.asDiagonal() * u);
+    if constexpr (Columns)
+      sink(u * scale.asDiagonal());
+    else
+      sink(scale.asDiagonal() * u);
   }
 
   /// The whole step in one pass (Static scaling, contiguous W, G, V of layout L): see fused_normalize.hpp.
   static constexpr bool has_fused_step = true;
-  /// Momentum, normalization, weight decay and update of W (m x n, layout L) in one pass over memory.
+  /// Momentum, normalization, weight decay and update of W (m x n, layout L) in one pass over memory: along the
+  /// storage order when the lines are contiguous, across it otherwise.
   template <Layout L, class T>
   static void fused_step(T* w, const T* g, T* v, Index m, Index n, const detail::FusedStep<T>& f,
                          Workspace<T>& ws) {
-    if constexpr (L == Layout::RowMajor)
-      detail::fused_normalize_along(w, g, v, m, n, f);
+    const Index lines = Columns ? n : m, length = Columns ? m : n;
+    if constexpr (L == (Columns ? Layout::ColMajor : Layout::RowMajor))
+      detail::fused_normalize_along(w, g, v, lines, length, f);
     else
-      detail::fused_normalize_across(w, g, v, n, m, f, ws.partial.data(), ws.scale.data());
+      detail::fused_normalize_across(w, g, v, length, lines, f, ws.partial.data(), ws.scale.data());
   }
 };
+
+namespace detail {
+/// Whether P is RowNormalize or ColNormalize (their fused one-pass steps on the device and row-sharded).
+template <class P>
+inline constexpr bool is_normalize_lines_v = false;
+template <bool Columns>
+inline constexpr bool is_normalize_lines_v<NormalizeLines<Columns>> = true;
+}  // namespace detail
+
+/// D_i = U_i / max(||U_i||_2, eps) for each row i (RMNP, arXiv 2603.20527): Muon's (U U^T)^(-1/2) U when U U^T is
+/// diagonal, at Theta(mn). Zero rows stay zero; no transpose for tall matrices (@ref policy_preconditioner).
+using RowNormalize = NormalizeLines<false>;
 
 }  // namespace matopt
