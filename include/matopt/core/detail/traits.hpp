@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
+#include "matopt/core/detail/config_check.hpp"
 #include "matopt/core/detail/parallel.hpp"
 
 namespace matopt::detail {
