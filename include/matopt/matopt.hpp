@@ -32,6 +32,7 @@
 #include "matopt/precondition/generators.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/nuclear_scaled.hpp"
+#include "matopt/precondition/on_engine.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
 #include "matopt/precondition/row_normalize.hpp"
 #include "matopt/precondition/schedule.hpp"

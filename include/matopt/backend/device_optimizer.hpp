@@ -63,6 +63,7 @@
 #include "matopt/precondition/exact_polar.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/nuclear_scaled.hpp"
+#include "matopt/precondition/on_engine.hpp"
 #include "matopt/precondition/orthogonalize.hpp"
 #include "matopt/precondition/row_blocks.hpp"
 #include "matopt/precondition/row_normalize.hpp"
@@ -184,7 +185,7 @@ struct DevicePreconditioner {
                 "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
                 "Orthogonalize<NewtonSchulz<...>>, Orthogonalize<ExactPolar>, RowNormalize, ColNormalize, "
                 "Identity, Sign, Adaptive<Cheap, Exact>, NuclearScaled<Inner>, SecondMoment<Inner, NorMuon | "
-                "AdaMuon | Namo> of those)");
+                "AdaMuon | Namo> of those; a policy of one's own runs on every engine as OnEngine<Policy>)");
 };
 
 template <class Schedule, NsVariant V>
@@ -244,6 +245,23 @@ struct DevicePreconditioner<NormalizeLines<Columns>> {
     const Strided<T> lines = Columns ? u.t() : u;
     e.inverse_row_norms(Strided<const T>(lines), T(o.eps), raw(ws.scale));  // 1 / max(||line||, eps)
     e.scale_rows(lines, static_cast<const T*>(raw(ws.scale)));
+    return u;
+  }
+};
+
+/// OnEngine<Policy>: the policy's own run on this engine, on U formed in the workspace (a policy written once).
+template <class Policy>
+struct DevicePreconditioner<OnEngine<Policy>> {
+  using Options = typename Policy::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
+    grow(ws.u, m * n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
+                          FormU&& form_u) {
+    Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
+    Policy::run(e, u, o, m, n);
     return u;
   }
 };
