@@ -11,25 +11,14 @@ minutes apart do not. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for the b
 kernel); the CPU model, its bf16 flags and the kernel are printed first.
 """
 import argparse
-import ctypes
 import json
 import os
 import re
 import subprocess
+import sys
 
-
-def machine_line():
-    """The CPU model (lscpu), its bf16 flags and the kernel OpenBLAS picks (the variables already unset)."""
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    model = next((l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name:")), "unknown")
-    flags = " ".join(f for f in ("avx512_bf16", "amx_bf16") if re.search(rf"\b{f}\b", out)) or "none"
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        core = lib.openblas_get_corename().decode()
-    except (OSError, AttributeError) as e:
-        core = f"unknown ({e})"
-    return f"CPU: {model}; bf16 flags: {flags}; OpenBLAS kernel: {core}"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import machine_lines  # noqa: E402
 
 
 def main():
@@ -43,7 +32,8 @@ def main():
     os.environ.pop("OPENBLAS_CORETYPE", None)  # before OpenBLAS is loaded, here and in the benchmarks
     os.environ.pop("OPENBLAS_L2_SIZE", None)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    print(machine_line())
+    for line in machine_lines()[1]:
+        print(line)
     listed = subprocess.run([args.new, "--benchmark_list_tests"], capture_output=True, text=True, env=env, check=True)
     names = [n for n in listed.stdout.split() if re.search(args.filter, n)]
     unit = {"ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}

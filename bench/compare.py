@@ -10,7 +10,6 @@ CPU) and the bf16 targets. Run OpenBLAS with its own choice of kernel:
     python3 bench/compare.py [--bench build/bench/matopt_bench] [--threads 2] [--repetitions 5] [--json out.json]
 """
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -29,6 +28,7 @@ BETA, LR = 0.95, 0.02
 # and in bf16 (X = G.bfloat16(), every product in bf16, a bf16 result) for the bf16 rows.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_torch import zeropower_via_newtonschulz5  # noqa: E402
+from machine import machine_lines  # noqa: E402
 
 
 def muon_step(p, g, buf):
@@ -71,41 +71,6 @@ def ns_bf16_only(p, g, buf):
 TARGET_MUON_VS_TORCH_FP32, TARGET_MUON_VS_TORCH_BF16 = 2.5, 1.3
 TARGET_NS_VS_FP32 = {(2048, 2048): 1.8}  # the other shapes: TARGET_NS_VS_FP32_OTHER
 TARGET_NS_VS_FP32_OTHER = 1.5
-
-
-def machine_lines():
-    """The CPU's model name (lscpu), its bf16 flags (/proc/cpuinfo), OpenBLAS's kernel in this process, and
-    warnings for the environment variables that override that kernel's choice (matopt_bench runs in this
-    environment, so it loads the same library with the same choice)."""
-    model = "unknown"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        model = next(l.split(":", 1)[1].strip() for l in out.splitlines() if l.startswith("Model name:"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        pass
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    bf16 = ", ".join(f"{flag} {'yes' if flag in flags else 'no'}" for flag in ("avx512_bf16", "amx_bf16"))
-    try:
-        lib = ctypes.CDLL("libopenblas.so.0")
-        lib.openblas_get_corename.restype = ctypes.c_char_p
-        core = lib.openblas_get_corename().decode()
-    except (OSError, AttributeError) as e:
-        core = f"unknown ({e})"
-    lines = [f"CPU: {model}; bf16 flags: {bf16}; OpenBLAS kernel: {core}"]
-    for var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
-        if var in os.environ:
-            lines.append(f"warning: {var}={os.environ[var]} is set and overrides OpenBLAS's own choice; run the "
-                         "benchmarks under `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`")
-    return {"model": model, "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags,
-            "openblas_corename": core}, lines
 
 
 def time_torch(fn, m, n, repetitions):
