@@ -41,6 +41,12 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": every preset equals the Eigen backend", T, 
   SUBCASE("RMNP") { compare_all_shapes<matopt::RMNP<T>>(); }
   SUBCASE("ColNorm") { compare_all_shapes<matopt::ColNorm<T>>(); }
   SUBCASE("OrScale") { compare_all_shapes<matopt::OrScale<T>>(); }
+  SUBCASE("MuonAutoSteps") {  // planned on the first step, then every second step (plans from downloaded U)
+    compare_all_shapes<matopt::MuonAutoSteps<T>>();
+    typename matopt::MuonAutoSteps<T>::Options o;
+    o.precondition.plan_every = 2;
+    compare_all_shapes<matopt::MuonAutoSteps<T>>(o);
+  }
   SUBCASE("OrScale-LM (calibrated trust ratio, coupled decay)") {
     typename matopt::OrScale<T>::Options o;
     o.scaling.calibrate = true;

@@ -11,7 +11,9 @@
 // the host optimizer's; bad input throws std::invalid_argument before anything is written, as on the host.
 //
 // Policies on device: momentum Ema / Sum / NoMomentum; Orthogonalize<NewtonSchulz<...>> (plain and Gram, with
-// or without Turbo-Muon's AOL start), Orthogonalize<ExactPolar>, RowNormalize, ColNormalize, Identity, Sign,
+// or without Turbo-Muon's AOL start), AutoSteps<NewtonSchulz<...>> (planned on the host from U downloaded on a check
+// step), OnEngine<Policy> (a user's policy written against the engine operations), Orthogonalize<ExactPolar>,
+// RowNormalize, ColNormalize, Identity, Sign,
 // Adaptive<Cheap, Exact> (of those), NuclearScaled<Inner> (PolarGrad) and SecondMoment<Inner, Moment> (NorMuon,
 // AdaMuon, NAMO) of those; per-head / split row blocks (heads, split_sizes, split_groups); Static scaling (every
 // weight-decay form, cautious included) and TrustRatio, and SpectralCap<Inner> around either. Any other policy is
@@ -56,6 +58,7 @@
 #include "matopt/core/step_policy.hpp"
 #include "matopt/diagnostics/diagonal_dominance.hpp"
 #include "matopt/precondition/adaptive.hpp"
+#include "matopt/precondition/auto_steps.hpp"
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
 #include "matopt/precondition/detail/ns_algorithm.hpp"
@@ -183,9 +186,10 @@ template <class P>
 struct DevicePreconditioner {
   static_assert(host_only_policy_v<P>,
                 "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
-                "Orthogonalize<NewtonSchulz<...>>, Orthogonalize<ExactPolar>, RowNormalize, ColNormalize, "
-                "Identity, Sign, Adaptive<Cheap, Exact>, NuclearScaled<Inner>, SecondMoment<Inner, NorMuon | "
-                "AdaMuon | Namo> of those; a policy of one's own runs on every engine as OnEngine<Policy>)");
+                "Orthogonalize<NewtonSchulz<...>>, AutoSteps<NewtonSchulz<...>>, Orthogonalize<ExactPolar>, "
+                "RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact>, NuclearScaled<Inner>, "
+                "SecondMoment<Inner, NorMuon | AdaMuon | Namo> of those; a policy of one's own runs on every engine "
+                "as OnEngine<Policy>)");
 };
 
 template <class Schedule, NsVariant V>
@@ -228,6 +232,39 @@ Strided<T> form_in_workspace(DeviceWorkspace<T>& ws, Index m, Index n, Layout la
   form_u(u);
   return u;
 }
+
+/// AutoSteps<NewtonSchulz<...>>: AutoSteps's own plan (plans_now, plan, advance; the host's State) from U downloaded
+/// on a check step (m n elements every plan_every steps, planned on the host), then the device Newton–Schulz with
+/// the planned step count, which forms U again.
+template <class Schedule, NsVariant V>
+struct DevicePreconditioner<AutoSteps<NewtonSchulz<Schedule, V>>> {
+  using P = AutoSteps<NewtonSchulz<Schedule, V>>;
+  using Ns = DevicePreconditioner<Orthogonalize<NewtonSchulz<Schedule, V>>>;
+  using Options = typename P::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    Ns::template reserve<T>(ws, o, m, n);
+    grow(ws.u, m * n);
+    ws.host_u.reserve(m * n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, typename P::template State<T>& s,
+                          Index m, Index n, Layout layout, FormU&& form_u) {
+    if (P::plans_now(o, s)) {
+      const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
+      e.download(static_cast<const T*>(u.data), m * n, ws.host_u.data());
+      if (layout == Layout::RowMajor)
+        P::plan(ws.host_u.template matrix<Eigen::RowMajor>(m, n), o, s);
+      else
+        P::plan(ws.host_u.template matrix<Eigen::ColMajor>(m, n), o, s);
+    }
+    // The options with the planned step count: assigned in place, so that a step allocates nothing once warm.
+    thread_local typename Ns::Options run;
+    run = o;
+    run.schedule.steps = P::advance(s);
+    return Ns::apply(e, ws, run, m, n, layout, form_u);
+  }
+};
 
 /// RowNormalize and ColNormalize: D = U / max(||U_i||, eps) per row, or per column as the rows of U^T.
 template <bool Columns>

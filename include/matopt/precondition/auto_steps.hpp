@@ -19,7 +19,8 @@
 // Cost: a check forms U's Gram on the short side in double and its eigenvalues (r^2 s + O(r^3) for r x s,
 // r <= s: about one NS iteration and a symmetric eigensolve) and allocates them; between checks a step costs
 // K NS iterations and allocates nothing. The plan, the measured q and the NS iterations run are in the
-// parameter's state (and in checkpoints). Host engines only (the device optimizers do not take this policy).
+// parameter's state (and in checkpoints). On a device optimizer a check downloads U (m n elements) and plans on the
+// host; the iterations run on the device.
 
 #include <algorithm>
 #include <cmath>
@@ -65,7 +66,8 @@ double normalized_sv_quantile(const UExpr& u, double p) {
 /// Orthogonalize<Method> whose Newton–Schulz step count K is planned per matrix (the facade's `ns_steps=auto`):
 /// every `plan_every` steps of a parameter (the first included) it measures the quantile q at `plan_quantile` of the
 /// singular values of U / ||U||_F and takes the fewest K whose failure threshold lies at or below q (plan_ns_steps(),
-/// at most `plan_max_steps`); K holds until the next check. Host optimizers only (@ref policy_preconditioner).
+/// at most `plan_max_steps`); K holds until the next check. On the host and on the device optimizers
+/// (@ref policy_preconditioner).
 template <class Method = NewtonSchulz<>>
 struct AutoSteps {
   /// The wrapped preconditioner, Orthogonalize<Method>.
@@ -166,21 +168,36 @@ struct AutoSteps {
     return "ns_plan_every, ns_plan_quantile, ns_plan_tau, ns_plan_max_steps, " + Inner::option_keys();
   }
 
-  /// Calls sink(D) with D the m x n orthogonalized direction of U, by K planned NS steps.
-  template <class T, class UExpr, class Sink>
-  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
-    if (s.calls % o.plan_every == 0) {
-      const double q = detail::normalized_sv_quantile(u, o.plan_quantile);  // in {0} or [1e-7, 1]
-      NsPlanOptions plan;
-      plan.tau = o.plan_tau;
-      plan.max_steps = o.plan_max_steps;
-      s.ns_steps = q > 0 ? plan_ns_steps(o.schedule, q, plan).steps : o.schedule.steps;
-      s.quantile = q;
-    }
-    ws.run = o;
-    ws.run.schedule.steps = static_cast<int>(s.ns_steps);
+  /// Whether this step of the parameter checks its plan (every plan_every steps, the first included).
+  template <class T>
+  static bool plans_now(const Options& o, const State<T>& s) {
+    return s.calls % o.plan_every == 0;
+  }
+  /// A check: measures q on U (an m x n Eigen expression) and plans K into the state.
+  template <class T, class UExpr>
+  static void plan(const UExpr& u, const Options& o, State<T>& s) {
+    const double q = detail::normalized_sv_quantile(u, o.plan_quantile);  // in {0} or [1e-7, 1]
+    NsPlanOptions plan;
+    plan.tau = o.plan_tau;
+    plan.max_steps = o.plan_max_steps;
+    s.ns_steps = q > 0 ? plan_ns_steps(o.schedule, q, plan).steps : o.schedule.steps;
+    s.quantile = q;
+  }
+  /// Counts this step in the state; returns its K, the planned step count.
+  template <class T>
+  static int advance(State<T>& s) {
     ++s.calls;
     s.ns_work += s.ns_steps;
+    return static_cast<int>(s.ns_steps);
+  }
+
+  /// Calls sink(D) with D the m x n orthogonalized direction of U, by K planned NS steps. (DeviceOptimizer runs the
+  /// same plans_now, plan and advance, with U downloaded on a check step: backend/device_optimizer.hpp.)
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
+    if (plans_now(o, s)) plan(u, o, s);
+    ws.run = o;
+    ws.run.schedule.steps = advance(s);
     Inner::template apply<T>(u, ws.run, ws, sink);
   }
 };

@@ -201,7 +201,8 @@ class Bf16HostEngine : public HostEngine {
   void syrk_lower(typename M::Scalar alpha, const M& a, typename M::Scalar beta, M& c) {
     forget(c);
     const std::uint16_t* ar = rounded(a, nullptr);
-    product(alpha, a.rows(), a.cols(), a.rows(), ar, strides(a), ar, transposed(strides(a)), beta, c.data(), strides(c));
+    const Strides sa = strides(a);
+    product(alpha, a.rows(), a.cols(), a.rows(), ar, sa, ar, transposed(sa), beta, c.data(), strides(c));
   }
   /// C <- alpha A B + beta C.
   template <class M>
