@@ -181,6 +181,8 @@ template <class T, class Preconditioner, class MomentumPolicy, class Scaling,
 class Optimizer {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "matopt::Optimizer<T, ...>: T must be float or double");
+  static_assert(detail::check_preconditioner<Preconditioner, T>(),
+                "matopt::Optimizer<T, Preconditioner, ...>: the preconditioner lacks a member (see the message above)");
 
  public:
   /// The scalar type T.

@@ -152,6 +152,74 @@ std::string policy_identity() {
   else return P::name();
 }
 
+/// The members every preconditioner declares (@ref policy_preconditioner), each detected on its own so that
+/// check_preconditioner can name the one that is missing.
+template <class P, class = void>
+inline constexpr bool has_options_type_v = false;
+template <class P>
+inline constexpr bool has_options_type_v<P, std::void_t<typename P::Options>> = true;
+template <class P, class = void>
+inline constexpr bool has_name_v = false;
+template <class P>
+inline constexpr bool has_name_v<P, std::void_t<decltype(std::string(P::name()))>> = true;
+template <class P, class = void>
+inline constexpr bool has_option_keys_v = false;
+template <class P>
+inline constexpr bool has_option_keys_v<P, std::void_t<decltype(std::string(P::option_keys()))>> = true;
+template <class P, class = void>
+inline constexpr bool has_validate_v = false;
+template <class P>
+inline constexpr bool has_validate_v<
+    P, std::void_t<decltype(P::validate(std::declval<const typename P::Options&>(), std::string_view()))>> = true;
+template <class P, class = void>
+inline constexpr bool has_set_option_v = false;
+template <class P>
+inline constexpr bool has_set_option_v<P, std::void_t<decltype(bool(P::set_option(
+                                              std::declval<typename P::Options&>(), std::string_view(),
+                                              std::string_view())))>> = true;
+template <class P, class T, class = void>
+inline constexpr bool has_workspace_v = false;
+template <class P, class T>
+inline constexpr bool has_workspace_v<
+    P, T, std::void_t<decltype(std::size_t(std::declval<const typename P::template Workspace<T>&>().bytes()))>> = true;
+template <class P, class T, class = void>
+inline constexpr bool has_reserve_v = false;
+template <class P, class T>
+inline constexpr bool has_reserve_v<
+    P, T,
+    std::void_t<decltype(P::reserve(std::declval<typename P::template Workspace<T>&>(),
+                                    std::declval<const typename P::Options&>(), Index(), Index()))>> = true;
+
+/// Compile-time checks that a preconditioner P declares the members Optimizer<T, P, ...> calls, each with a
+/// message that says what to add (docs/extending.md#a-new-preconditioner). True when all are there.
+template <class P, class T>
+constexpr bool check_preconditioner() {
+  static_assert(has_options_type_v<P>,
+                "matopt: a preconditioner declares `Options`, its hyperparameters (`struct Options {};` if none)");
+  static_assert(has_name_v<P>,
+                "matopt: a preconditioner declares `static constexpr const char* name()`, its name in messages and "
+                "checkpoints");
+  static_assert(has_option_keys_v<P>,
+                "matopt: a preconditioner declares `static constexpr const char* option_keys()`, the keys its "
+                "set_option takes, comma-separated (\"\" if none)");
+  if constexpr (has_options_type_v<P>) {
+    static_assert(has_validate_v<P>,
+                  "matopt: a preconditioner declares `static void validate(const Options&, std::string_view where)` "
+                  "(throw std::invalid_argument for a bad option; empty if none)");
+    static_assert(has_set_option_v<P>,
+                  "matopt: a preconditioner declares `static bool set_option(Options&, std::string_view key, "
+                  "std::string_view value)` (false for a key that is not its own)");
+  }
+  static_assert(has_workspace_v<P, T>,
+                "matopt: a preconditioner declares `template <class T> struct Workspace` with `std::size_t bytes() "
+                "const`, its scratch (an empty struct returning 0 if none)");
+  if constexpr (has_options_type_v<P> && has_workspace_v<P, T>)
+    static_assert(has_reserve_v<P, T>,
+                  "matopt: a preconditioner declares `template <class T> static void reserve(Workspace<T>&, const "
+                  "Options&, Index m, Index n)`, which sizes its workspace for an m x n parameter");
+  return has_options_type_v<P> && has_name_v<P> && has_option_keys_v<P> && has_workspace_v<P, T>;
+}
+
 /// Bytes a policy state holds: its bytes() if it has one, else its size unless empty.
 template <class S, class = void>
 inline constexpr bool has_bytes_v = false;
