@@ -7,8 +7,8 @@
 // orthogonal matrix, which is what Muon's update has, at Theta(mn): a baseline that separates the size of Muon's
 // update from its direction. The program checks one host step against the closed form
 // W1 = W0 - lr sqrt(min(m, n)) G / ||G||_F (plain momentum from zero: U = G), then ten steps on the host and on
-// Thrust against each other, in float and double, row- and column-major, tall, wide and square; it exits 1 on a
-// mismatch. CTest runs it (example.custom_policy).
+// Thrust against each other, in float and double, row- and column-major, tall, wide and square, and a bad rms_eps
+// refused on both with W unchanged; it exits 1 on a mismatch. CTest runs it (example.custom_policy).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -35,11 +35,18 @@ struct RmsMatch {
   static constexpr const char* name() { return "RmsMatch"; }
   static double cost(matopt::Index m, matopt::Index n) { return matopt::elementwise_cost(m, n); }
   static void validate(const Options& o, std::string_view where) {
-    if (!(o.eps > 0)) throw std::invalid_argument(std::string(where) + ": rms_eps must be > 0");
+    if (!(o.eps > 0 && std::isfinite(o.eps)))
+      throw std::invalid_argument(std::string(where) + ": rms_eps must be finite and > 0 (got " +
+                                  std::to_string(o.eps) + ")");
   }
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
     if (key != "rms_eps") return false;
-    o.eps = std::stod(std::string(value));
+    char* end = nullptr;
+    const std::string text(value);
+    const double eps = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0')
+      throw std::invalid_argument("option 'rms_eps': '" + text + "' is not a number");
+    o.eps = eps;
     return true;
   }
   static constexpr const char* option_keys() { return "rms_eps"; }
@@ -102,10 +109,27 @@ bool check(matopt::Index m, matopt::Index n) {
     device.step(wv, gv, ds);
   }
   const double agree = rel(matopt::to_host(wv), w);
-  const bool ok = closed <= tol && agree <= tol;
-  std::printf("%-6s %-12s %4ldx%-4ld  host vs closed form %.2e   Thrust vs host after 10 steps %.2e  %s\n",
+
+  // A bad rms_eps is refused at the step on both engines, naming the key, with W unchanged.
+  bool refused = true;
+  const Mat<T, Order> w_before = w, wd_before = matopt::to_host(wv).template cast<T>();
+  host.options().precondition.eps = 0;
+  device.options().precondition.eps = 0;
+  for (int engine = 0; engine < 2; ++engine) {
+    try {
+      if (engine == 0) host.step(w, w_before, hs);
+      else device.step(wv, gv, ds);
+      refused = false;
+    } catch (const std::invalid_argument& e) {
+      refused = refused && std::string(e.what()).find("rms_eps must be finite and > 0") != std::string::npos;
+    }
+  }
+  refused = refused && w == w_before && matopt::to_host(wv).template cast<T>() == wd_before;
+  const bool ok = closed <= tol && agree <= tol && refused;
+  std::printf("%-6s %-12s %4ldx%-4ld  host vs closed form %.2e   Thrust vs host after 10 steps %.2e  "
+              "rms_eps = 0 refused, W unchanged: %s  %s\n",
               std::is_same_v<T, float> ? "float" : "double", Order == Eigen::RowMajor ? "row-major" : "column-major",
-              long(m), long(n), closed, agree, ok ? "ok" : "MISMATCH");
+              long(m), long(n), closed, agree, refused ? "yes" : "NO", ok ? "ok" : "MISMATCH");
   return ok;
 }
 

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// Must not compile: a preconditioner missing members, so that the static_asserts' messages tell its author what to
+// add. CTest compiles it (-fsyntax-only) twice and expects each message:
+//   policy_checks.missing_cost     -DMATOPT_DROP_COST: no `cost`, wrapped in AnyOptimizer (distributed/plan.hpp);
+//   policy_checks.missing_members  -DMATOPT_DROP_MEMBERS: no `option_keys` and `validate`, in an Optimizer
+//                                  (core/detail/traits.hpp, check_preconditioner).
+#include <matopt/matopt.hpp>
+
+struct HalfIdentity {  // D = U / 2
+  struct Options {};
+  template <class T>
+  struct Workspace {
+    std::size_t bytes() const { return 0; }
+  };
+  template <class T>
+  static void reserve(Workspace<T>&, const Options&, matopt::Index, matopt::Index) {}
+  static bool set_option(Options&, std::string_view, std::string_view) { return false; }
+  static constexpr const char* name() { return "HalfIdentity"; }
+#if !defined(MATOPT_DROP_MEMBERS)
+  static void validate(const Options&, std::string_view) {}
+  static constexpr const char* option_keys() { return ""; }
+#endif
+#if !defined(MATOPT_DROP_COST)
+  static double cost(matopt::Index m, matopt::Index n) { return matopt::elementwise_cost(m, n); }
+#endif
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
+    sink(u * T(0.5));
+  }
+};
+
+int main() {
+  using Opt = matopt::Optimizer<float, HalfIdentity, matopt::NoMomentum, matopt::Static<>>;
+#if defined(MATOPT_DROP_COST)
+  matopt::AnyOptimizer<float> any{Opt{}};
+  return any.cost(4, 3) > 0 ? 0 : 1;
+#else
+  Opt opt;
+  Eigen::MatrixXf w = Eigen::MatrixXf::Zero(4, 3), g = Eigen::MatrixXf::Ones(4, 3);
+  auto state = opt.make_state(w);
+  opt.step(w, g, state);
+  return 0;
+#endif
+}
