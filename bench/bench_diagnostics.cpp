@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Cost of each diagnostic (spec §6) beside one optimizer step on the same fp32 matrix, so the price of a
+// Cost of each diagnostic (math.md#diagnostics) beside one optimizer step on the same fp32 matrix, so the price of a
 // measurement reads as a fraction of a step: BM_Diagnostic/<name>/m/n against BM_Diagnostic/rmnp_step/m/n and
 // BM_Diagnostic/muon_step/m/n. Names are stable. Counters: gram_flops (m^2 n: the FLOPs of a SYRK forming
 // one triangle of the m x m Gram, half a GEMM's 2 m^2 n) for the Gram-based diagnostics, bytes_per_second

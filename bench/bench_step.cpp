@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
   using ColMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
   benchmark::RegisterBenchmark("BM_Step/rmnp_colmajor", BM_Step<mo::RMNP<float>, ColMat>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/colnorm_colmajor", BM_Step<mo::ColNorm<float>, ColMat>)->Apply(shapes);
-  // Compositions: Muon with the spectral cap (spec §5), RMNP/Muon adaptive (checks every 100 steps).
+  // Compositions: Muon with the spectral cap (docs/math.md#spectral-cap), RMNP/Muon adaptive (checks every 100 steps).
   using CappedMuon = mo::Optimizer<float, mo::Orthogonalize<>, mo::Momentum<mo::Ema, mo::Nesterov>,
                                    mo::SpectralCap<mo::Static<>>>;
   using AdaptiveRmnp = mo::Optimizer<float, mo::Adaptive<>, mo::Momentum<mo::Sum, mo::Nesterov>, mo::Static<>>;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // How each Newton–Schulz schedule maps a normalized singular value sigma after k = 1..K steps, and the
-// failure thresholds: the smallest sigma whose k-step output reaches tau = 0.5 and 0.9 (spec §2.1, §6).
+// failure thresholds: the smallest sigma whose k-step output reaches tau = 0.5 and 0.9 (docs/math.md#diagnostics).
 // Prints the tables, writes the curves and a gnuplot script into --out DIR (default ./ns_response), and
 // renders ns_response.png and ns_thresholds.png when gnuplot is on PATH.
 //

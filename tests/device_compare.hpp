@@ -5,7 +5,7 @@
 // against its host Optimizer on the same inputs, step by step.
 //
 // The host reference runs once, in the Eigen storage order HostOrder (the host's numbers depend on it only up
-// to rounding, spec §0); the device runs on each of `layouts`. After every step: W relative to the host's W
+// to rounding, math.md#conventions); the device runs on each of `layouts`. After every step: W relative to the host's W
 // (1e-6 in float, 1e-13 in double: the criterion) and the update W - W0 relative to the host's (2e-4,
 // 1e-10); the step count; the effective learning rate (1e-4, 1e-12: a trust ratio reads norms summed in
 // another order); and

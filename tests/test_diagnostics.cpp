@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Diagnostics (spec §6) against independent references: a direct O(m^2 n) loop for diagonal dominance,
+// Diagnostics (docs/math.md#diagnostics) against independent references: a direct O(m^2 n) loop for diagonal dominance,
 // Eigen's JacobiSVD and constructed spectra U = Q1 diag(s) Q2^T for the spectral measurements, the
 // published Jordan NS5 threshold, and a constructed least-squares problem for the exact-polar stable step.
 #include <algorithm>
@@ -149,7 +149,7 @@ TEST_CASE("diagonal_dominance: closed forms, zero and degenerate inputs (diag)")
   CHECK(std::isfinite(o.r_max));
   CHECK(o.r_min > 1e8);
   CHECK(o.gershgorin_relative_min == doctest::Approx(1.0).epsilon(1e-12));
-  // m < 2 gives zeros (spec §6), a zero matrix gives zero ratios, never NaN.
+  // m < 2 gives zeros (docs/math.md#diagnostics), a zero matrix gives zero ratios, never NaN.
   const DiagonalDominance one = diagonal_dominance(Eigen::MatrixXd::Ones(1, 6));
   CHECK(one.size == 1);
   CHECK(one.r_min == 0);
@@ -242,7 +242,7 @@ TEST_CASE_TEMPLATE("singular_value_quantiles: constructed spectra and JacobiSVD 
 TEST_CASE("Jordan failure threshold: 1.07e-3 at tau 0.5, k 5, each extra step divides it by ~3.4445 (diag)") {
   const NsSchedule j = schedules::Jordan::schedule();
   const double t5 = ns_failure_threshold(j, 0.5);
-  CHECK(std::abs(t5 - 1.07e-3) <= 5e-6);  // spec §6, published to three figures
+  CHECK(std::abs(t5 - 1.07e-3) <= 5e-6);  // docs/math.md#diagnostics, published to three figures
   CHECK(j.response(t5) == doctest::Approx(0.5).epsilon(1e-12));
   CHECK(j.response(t5 * (1 - 1e-9)) < 0.5);
   CHECK(ns_failure_threshold(j, 0.5, 5) == t5);
@@ -281,7 +281,7 @@ TEST_CASE("failure thresholds of every schedule are the smallest sigma reaching 
       }
     }
   }
-  // The response table against the scalar maps composed here from spec §2.1's table of You's coefficients (the
+  // The response table against the scalar maps composed here from math.md's table of You's coefficients (the
   // last one repeating past the fifth step, as the Polar Express reference does).
   const double you[5][3] = {{4.0848, -6.8946, 2.9270},
                             {3.9505, -6.3029, 2.6377},

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Momentum, normalization, scaling and AdamW policies against hand-computed closed forms (spec §1-§4).
+// Momentum, normalization, scaling and AdamW policies against hand-computed closed forms (docs/math.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -131,7 +131,8 @@ TEST_CASE_TEMPLATE("decoupled weight decay uses the unscaled lr", T, float, doub
   CHECK(opt.effective_lr(st) == doctest::Approx(0.2).epsilon(1e-6));
 }
 
-TEST_CASE("shape rules (spec §3.1)") {
+// docs/math.md#shape-rules
+TEST_CASE("shape rules") {
   CHECK(shape::Unit{}(8, 2) == 1.0);
   CHECK(shape::MuonOriginal{}(8, 2) == doctest::Approx(2.0));
   CHECK(shape::MuonOriginal{}(2, 8) == 1.0);
@@ -272,7 +273,8 @@ TEST_CASE_TEMPLATE("AdamW: constant gradient closed form", T, float, double) {
   CHECK(st.steps == 4);
 }
 
-TEST_CASE("preset defaults (spec §4)") {
+// docs/math.md#presets
+TEST_CASE("preset defaults") {
   CHECK(Muon<float>::Options{}.lr == 0.02f);
   CHECK(Muon<float>::Options{}.momentum == 0.95f);
   CHECK(Muon<float>::Options{}.nesterov);
@@ -316,7 +318,7 @@ double normalized_quantile(const Eigen::VectorXd& sigma, double p) {
   const auto lo = Index(std::floor(h));
   return s[lo] + (h - double(lo)) * (s[lo + 1] - s[lo]);
 }
-/// The fewest k whose k-step Jordan map p(s) = 3.4445 s - 4.7750 s^3 + 2.0315 s^5 (spec §2.1) takes q to >= tau.
+/// The fewest k whose k-step Jordan map p(s) = 3.4445 s - 4.7750 s^3 + 2.0315 s^5 (math.md) takes q to >= tau.
 int jordan_steps(double q, double tau) {
   for (int k = 1;; ++k) {
     q = q * (3.4445 + q * q * (-4.7750 + q * q * 2.0315));

@@ -191,7 +191,7 @@ TEST_CASE("property tests: random shapes, orders, types and hyperparameters") {
 
 namespace {
 /// The scalar map of `steps` Newton–Schulz steps with coefficients `c` (the last one repeating), composed here
-/// from spec §2.1's table rather than taken from the library's schedules.
+/// from the table of docs/math.md#coefficient-schedules rather than taken from the library's schedules.
 double ns_scalar_map(const std::vector<std::array<double, 3>>& c, double x, int steps) {
   for (int k = 0; k < steps; ++k) {
     const auto& abc = c[std::size_t(std::min<int>(k, int(c.size()) - 1))];

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Newton–Schulz schedules and generators against the published numbers of spec §2.1.
+// Newton–Schulz schedules and generators against the published numbers of docs/math.md#coefficient-schedules.
 #include <cmath>
 #include <stdexcept>
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// What a step does around the math: the non-finite-gradient policy, telemetry, the spectral cap (spec §5)
+// What a step does around the math: the non-finite-gradient policy, telemetry, the spectral cap (math.md)
 // and the adaptive Row/Orthogonalize preconditioner. References: exact SVD (Eigen's JacobiSVD), the
 // presets stepped on a cleaned gradient, and direct computation of U and the update.
 
@@ -169,7 +169,7 @@ TEST_CASE_TEMPLATE("telemetry: every K-th step, U and the update as computed dir
                        CHECK(matopt::test::rel_error(u, expected_u) < matopt::test::tol<T>());
                        const double rms = (w - w_prev).template cast<double>().norm() / std::sqrt(9.0 * 13.0);
                        CHECK(r.update_rms == doctest::Approx(rms).epsilon(1e-5));
-                       // lr * max(1, m/n)^(1/2) = 0.02 on 9 x 13 (RMNP's defaults, spec §3.1)
+                       // lr * max(1, m/n)^(1/2) = 0.02 on 9 x 13 (RMNP's defaults, docs/math.md#shape-rules)
                        CHECK(r.effective_lr == doctest::Approx(0.02).epsilon(1e-7));
                      }});
   for (int k = 1; k <= 7; ++k) {
@@ -232,7 +232,8 @@ template <class T>
 using Capped = Optimizer<T, Identity, NoMomentum, SpectralCap<Static<shape::Unit>>>;
 }  // namespace
 
-TEST_CASE_TEMPLATE("spectral cap removes exactly the first-order growth of sigma1 (spec §5)", T, float, double) {
+// docs/math.md#spectral-cap
+TEST_CASE_TEMPLATE("spectral cap removes exactly the first-order growth of sigma1", T, float, double) {
   using M = Eigen::Matrix<T, -1, -1>;
   const Index m = 12, n = 9;
   // W with a clear top singular value (gap 3 -> 1.5) so that the power iteration converges.

@@ -2,7 +2,7 @@
 // Trains the same MLP on Fashion-MNIST with each matrix optimizer (through matopt::HybridOptimizer) and
 // with AdamW alone, from the same initial weights, and reports test accuracy, training loss, the time
 // spent in the optimizer step apart from forward/backward, and the diagonal dominance of U U^T for every
-// hidden layer over training (spec §6: when U U^T is diagonal, RMNP's row normalization equals Muon's
+// hidden layer over training (docs/math.md#diagnostics: when U U^T is diagonal, RMNP's row normalization equals Muon's
 // orthogonalization). With --sweep it trains Muon and RMNP at several widths and reports the accuracy
 // gap next to the dominance.
 //
@@ -11,7 +11,7 @@
 //                 [--adamw-route-lr LR] [--head adamw|matrix] [--dominance-every K] [--out DIR]
 //                 [--sweep W1,W2,...] [--data DIR]
 //
-// Routing (the Muon convention, KellerJordan/Muon README; spec §4): every weight matrix of a hidden layer,
+// Routing (the Muon convention, KellerJordan/Muon README; docs/math.md#presets): every weight matrix of a hidden layer,
 // the first (784 -> H) included, goes to the matrix optimizer; the classifier (H -> 10) is the output
 // head and goes to AdamW with every bias. The first layer is a dense layer on pixel values, not an
 // embedding lookup, so it counts as hidden. "adamw" trains every parameter with AdamW.

@@ -4,7 +4,7 @@
 // ColNorm, OrScale) run through matopt::TorchOptimizer (hidden matrices; embeddings, head and vectors on
 // AdamW); `adamw` is matopt's AdamW on every parameter, `torch_adamw` libtorch's torch::optim::AdamW on every
 // parameter. Measured along the way: validation loss against steps and against optimizer time, the diagonal
-// dominance r_min/avg/max of U U^T per layer type (q, k, v, o, fc, proj; spec §6: U is what the optimizer
+// dominance r_min/avg/max of U U^T per layer type (q, k, v, o, fc, proj; math.md#diagnostics: U is what the optimizer
 // preconditions; for the AdamW runs a side momentum buffer V = 0.95 V + G), and the singular-value
 // quantiles of U / ||U||_F per matrix (seed 001). docs/gpt.md has the measured results and their reading.
 // --lr-grid runs a learning-rate grid per width instead (docs/gpt.md, "Learning rate across width"): every

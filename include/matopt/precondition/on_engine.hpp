@@ -19,6 +19,7 @@
 #include <Eigen/Core>
 
 #include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/traits.hpp"
 #include "matopt/core/detail/workspace.hpp"
 
 namespace matopt {
@@ -59,7 +60,7 @@ struct OnEngine {
   /// Calls sink(D): U copied into the workspace and transformed there by Policy::run on the host engine.
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
-    constexpr int order = (UExpr::Flags & Eigen::RowMajorBit) ? Eigen::RowMajor : Eigen::ColMajor;
+    constexpr int order = detail::eigen_order_v<detail::layout_of_v<UExpr>>;
     const Index m = u.rows(), n = u.cols();
     detail::DenseMap<T, order> d = ws.u.template matrix<order>(m, n);
     d = u;

@@ -70,7 +70,7 @@ struct Orthogonalize {
   /// Calls sink(D) with D the m x n orthogonalized direction of the expression U.
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
-    constexpr int order = detail::layout_of_v<UExpr> == Layout::RowMajor ? Eigen::RowMajor : Eigen::ColMajor;
+    constexpr int order = detail::eigen_order_v<detail::layout_of_v<UExpr>>;
     const Index m = u.rows(), n = u.cols();
     const bool tall = m > n;
     const Index r = tall ? n : m, s = tall ? m : n;
