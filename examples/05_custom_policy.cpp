@@ -34,22 +34,11 @@ struct RmsMatch {
   };
   static constexpr const char* name() { return "RmsMatch"; }
   static double cost(matopt::Index m, matopt::Index n) { return matopt::elementwise_cost(m, n); }
-  static void validate(const Options& o, std::string_view where) {
-    if (!(o.eps > 0 && std::isfinite(o.eps)))
-      throw std::invalid_argument(std::string(where) + ": rms_eps must be finite and > 0 (got " +
-                                  std::to_string(o.eps) + ")");
+  /// Each option once: its key, field, check and doc (text setting, validation and key lists come from it).
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("rms_eps", o.eps, matopt::checks::Positive{}, "the norm floor");
   }
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key != "rms_eps") return false;
-    char* end = nullptr;
-    const std::string text(value);
-    const double eps = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0')
-      throw std::invalid_argument("option 'rms_eps': '" + text + "' is not a number");
-    o.eps = eps;
-    return true;
-  }
-  static constexpr const char* option_keys() { return "rms_eps"; }
 
   /// U <- sqrt(min(m, n)) U / max(||U||_F, eps), in place, with the engine's overflow-safe norm and its scale.
   template <class Engine, class M>

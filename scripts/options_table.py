@@ -1,110 +1,152 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
-"""Renders docs/options.md from the output of tests/docs/option_keys.cpp (one line per optimizer: label TAB keys).
+"""Renders docs/options.md from the output of tests/docs/option_keys.cpp: the optimizers' option descriptors, one line
+per option: label TAB key TAB values TAB default TAB doc (include/matopt/core/options.hpp).
 
-Usage: scripts/options_table.py KEYS_FILE OUT_MD. The CTest docs.options_table renders it anew and compares it with the
-committed docs/options.md; after a key is added, run the option_keys program of the library build and this script:
-  build/tests/matopt_option_keys > keys.txt && python3 scripts/options_table.py keys.txt docs/options.md
+Usage: scripts/options_table.py OPTIONS_FILE OUT_MD. The CTest docs.options_table renders it anew and compares it with
+the committed docs/options.md; after an option is added or changed, run the option_keys program of the library build
+and this script:
+  build/tests/matopt_option_keys > options.txt && python3 scripts/options_table.py options.txt docs/options.md
+Everything in the tables comes from the descriptors except each key's link to its entry in the docs and the notes
+below (where an option is refused in combination), which are written here.
 """
 import sys
+from collections import OrderedDict
 from pathlib import Path
 
-out_lines = Path(sys.argv[1]).read_text().strip().split("\n")
-keys_of = {}
-order = []
-for line in out_lines:
-    label, keys = line.split("\t")
-    keys_of[label] = [k.strip() for k in keys.split(",") if k.strip()]
-    order.append(label)
+options_of = OrderedDict()  # label -> OrderedDict(key -> (values, default, doc))
+for line in Path(sys.argv[1]).read_text().strip().split("\n"):
+    label, key, values, default, doc = line.split("\t")
+    options_of.setdefault(label, OrderedDict())[key] = (values, default, doc)
+order = list(options_of)
 presets = [l for l in order if "composition" not in l]
 matrix = [l for l in presets if l not in ("adamw", "lion")]
 
-# key -> (values / default, meaning, doc link)
-D = {
- "lr": ("number > 0; preset default", "the learning rate η", "optimizers.md#shared-options"),
- "momentum": ("[0, 1); 0.95", "β of the momentum (refused by Dion, whose momentum is `mu`)", "optimizers.md#shared-options"),
- "nesterov": ("boolean; the preset's", "the Nesterov form of the momentum", "optimizers.md#shared-options"),
- "weight_decay": ("number ≥ 0; preset default", "λ (decoupled, except OrScale's coupled trust ratio)", "optimizers.md#shared-options"),
- "non_finite": ("`throw` (default), `skip`, `zero`", "what a gradient holding inf or NaN does", "api.md#non-finite-gradients"),
- "ns_schedule": ("`jordan`, `you`, `polar_express`, `cubic`, `quintic`, `turbo`", "the Newton–Schulz schedule by name; replaces the whole schedule (applied before the other keys)", "policies.md#schedules"),
- "ns_steps": ("integer ≥ 1; 5 (Turbo 4); `auto` (Muon only: MuonAutoSteps)", "K, the Newton–Schulz steps", "policies.md#newtonschulz"),
- "ns_safety": ("number > 0; 1 (Polar Express 1.02)", "κ in X / (κ‖X‖_F + ε)", "policies.md#newtonschulz"),
- "ns_eps": ("number ≥ 0; 1e-7 (Polar Express, Turbo 1e-6)", "ε of the normalization (of the row sums under AOL)", "policies.md#newtonschulz"),
- "ns_aol": ("boolean; `false` (Turbo `true`)", "AOL row scaling in place of the Frobenius normalization (Turbo-Muon); refused by `muon` with `ns_steps=auto`", "policies.md#newtonschulz"),
- "ns_variant": ("`auto` (default), `plain`, `gram`", "plain or Gram Newton–Schulz; `auto`: Gram when s ≥ `gram_aspect`·r", "policies.md#newtonschulz"),
- "gram_aspect": ("number ≥ 1; 4", "the aspect ratio at which `auto` takes the Gram form", "policies.md#newtonschulz"),
- "ns_dtype": ("`float32` (default), `bfloat16` (needs oneDNN; host only)", "the precision of the Newton–Schulz products: bfloat16 operands, float accumulation", "math.md#newton-schulz-in-bfloat16"),
- "heads": ("integer ≥ 1; 1", "H equal blocks of rows, each orthogonalized alone (per-head); refused by OrScale and PolarGrad (at `step`) and by `muon` with `ns_steps=auto`", "optimizers.md#row-blocks-heads-and-split_sizes"),
- "split_sizes": ("comma-separated integers; empty", "contiguous blocks of these heights (split QKV); refused as `heads` is", "optimizers.md#row-blocks-heads-and-split_sizes"),
- "split_groups": ("integer ≥ 1; 1", "G interleaved groups of `split_sizes` (Megatron-LM's QKV layout); refused as `heads` is", "optimizers.md#row-blocks-heads-and-split_sizes"),
- "norm_eps": ("number > 0; 1e-12", "ε in max(‖u‖₂, ε) of row / column normalization", "policies.md#rownormalize"),
- "clip_min": ("number > 0; 0.5", "lower clip of OrScale's trust ratio", "policies.md#trustratio"),
- "clip_max": ("number ≥ `clip_min`; 1.5", "upper clip of OrScale's trust ratio", "policies.md#trustratio"),
- "trust_eps": ("number > 0; 1e-6", "ε of OrScale's trust ratio", "policies.md#trustratio"),
- "calibrate": ("boolean; `false`", "calibrate c at the first step so that r₀ = 1 (OrScale-LM)", "policies.md#trustratio"),
- "trust_coefficient": ("number > 0; 0.001", "η_t of the LARS ratio", "policies.md#trustratio"),
- "beta1": ("[0, 1); 0.9", "AdamW: β₁; Lion: the interpolation of the direction", "optimizers/adamw.md"),
- "beta2": ("[0, 1); 0.95 (Lion 0.99)", "AdamW: β₂; Lion: the momentum's decay; NorMuon, AdaMuon, NAMO: β₂ of the second moment", "policies.md#secondmoment"),
- "eps": ("number > 0; 1e-8", "AdamW's ε", "optimizers/adamw.md"),
- "moment_eps": ("number > 0; 1e-8 (NorMuon 1e-10)", "ε added to √S and to the rescale's norm", "policies.md#secondmoment"),
- "normuon_axis": ("`rows` (default), `longer`", "NorMuon's averaging axis: per row, or per row/column of the longer side", "policies.md#secondmoment"),
- "rms_target": ("number > 0; 0.2", "AdaMuon's RMS of the direction", "policies.md#secondmoment"),
- "mu": ("[0, 1); 0.95", "μ of Dion's error feedback", "policies.md#dionpoweriteration"),
- "rank_fraction": ("(0, 1]; 1", "Dion's rank r / min(m, n) before rounding (fixed at `make_state`)", "policies.md#dionpoweriteration"),
- "rank_multiple_of": ("integer ≥ 1; 1", "Dion's rank rounded up to a multiple of it", "policies.md#dionpoweriteration"),
- "dion_eps": ("number > 0; 1e-8", "ε of Q's column normalization", "policies.md#dionpoweriteration"),
- "ns_plan_every": ("integer ≥ 1; 100", "re-plan K every this many steps of a parameter", "policies.md#autosteps"),
- "ns_plan_quantile": ("(0, 1]; 0.05", "p of the tracked singular-value quantile", "policies.md#autosteps"),
- "ns_plan_tau": ("number > 0; 0.5", "the band the quantile's direction must reach", "policies.md#autosteps"),
- "ns_plan_max_steps": ("integer in [1, 1000]; 10", "the most steps a plan chooses", "policies.md#autosteps"),
- "lr_rule": ("`preset` (default), `unit`, `muon_original`, `sqrt_max`, `sqrt_ratio`", "s(m, n) in place of the preset's shape rule", "policies.md#step-rules"),
- "extra_scale_factor": ("number > 0; 1", "multiplies s(m, n) under every rule", "policies.md#step-rules"),
- "weight_decay_method": ("`decoupled` (default), `cautious`, `independent`", "the weight-decay form (OrScale: `decoupled` only)", "policies.md#step-rules"),
- "cautious_weight_decay": ("boolean", "`true` sets `cautious`, `false` sets `decoupled`", "policies.md#step-rules"),
- "adaptive_threshold": ("number ≥ 0; 1", "use the cheap preconditioner while r_min ≥ it", "policies.md#adaptive"),
- "adaptive_every": ("integer ≥ 1; 100", "check every this many steps", "policies.md#adaptive"),
- "cap_threshold": ("number ≥ 0; 0 (always)", "cap only while σ₁ ≥ it", "policies.md#spectralcap"),
- "cap_power_iterations": ("integer ≥ 1; 1", "power iterations per step", "policies.md#spectralcap"),
- "cap_initial_iterations": ("integer ≥ 1; 30", "power iterations at a parameter's first step", "policies.md#spectralcap"),
+# key -> the entry in the docs that explains it
+LINK = {
+    "lr": "optimizers.md#shared-options", "momentum": "optimizers.md#shared-options",
+    "nesterov": "optimizers.md#shared-options", "weight_decay": "optimizers.md#shared-options",
+    "non_finite": "api.md#non-finite-gradients",
+    "ns_schedule": "policies.md#schedules", "ns_steps": "policies.md#newtonschulz", "ns_safety": "policies.md#newtonschulz",
+    "ns_eps": "policies.md#newtonschulz", "ns_aol": "policies.md#newtonschulz", "ns_variant": "policies.md#newtonschulz",
+    "gram_aspect": "policies.md#newtonschulz", "ns_dtype": "math.md#newton-schulz-in-bfloat16",
+    "heads": "optimizers.md#row-blocks-heads-and-split_sizes",
+    "split_sizes": "optimizers.md#row-blocks-heads-and-split_sizes",
+    "split_groups": "optimizers.md#row-blocks-heads-and-split_sizes",
+    "norm_eps": "policies.md#rownormalize", "clip_min": "policies.md#trustratio", "clip_max": "policies.md#trustratio",
+    "trust_eps": "policies.md#trustratio", "calibrate": "policies.md#trustratio",
+    "trust_coefficient": "policies.md#trustratio", "beta1": "optimizers/adamw.md", "beta2": "policies.md#secondmoment",
+    "eps": "optimizers/adamw.md", "moment_eps": "policies.md#secondmoment", "normuon_axis": "policies.md#secondmoment",
+    "rms_target": "policies.md#secondmoment", "mu": "policies.md#dionpoweriteration",
+    "rank_fraction": "policies.md#dionpoweriteration", "rank_multiple_of": "policies.md#dionpoweriteration",
+    "dion_eps": "policies.md#dionpoweriteration", "ns_plan_every": "policies.md#autosteps",
+    "ns_plan_quantile": "policies.md#autosteps", "ns_plan_tau": "policies.md#autosteps",
+    "ns_plan_max_steps": "policies.md#autosteps", "lr_rule": "policies.md#step-rules",
+    "extra_scale_factor": "policies.md#step-rules", "weight_decay_method": "policies.md#step-rules",
+    "cautious_weight_decay": "policies.md#step-rules", "adaptive_threshold": "policies.md#adaptive",
+    "adaptive_every": "policies.md#adaptive", "cap_threshold": "policies.md#spectralcap",
+    "cap_power_iterations": "policies.md#spectralcap", "cap_initial_iterations": "policies.md#spectralcap",
+}
+# Where an accepted key is refused in combination (the descriptors' rules say so in their messages).
+NOTE = {
+    "momentum": "refused by Dion, whose momentum is `mu`",
+    "nesterov": "refused by Dion",
+    "ns_schedule": "applied before the other keys",
+    "ns_aol": "refused by `muon` with `ns_steps=auto`",
+    "ns_dtype": "`bfloat16` needs a build with oneDNN; host only",
+    "heads": "refused by OrScale and PolarGrad (at `step`) and by `muon` with `ns_steps=auto`",
+    "split_sizes": "refused as `heads` is",
+    "split_groups": "refused as `heads` is",
+    "weight_decay_method": "OrScale: `decoupled` only",
 }
 
 all_keys = []
 for l in order:
-    for k in keys_of[l]:
+    for k in options_of[l]:
         if k not in all_keys:
             all_keys.append(k)
-missing = [k for k in all_keys if k not in D]
+missing = [k for k in all_keys if k not in LINK]
 if missing:
-    sys.exit(f"render: no description for {missing}")
+    sys.exit(f"render: no link for {missing}")
 
-def accepted(k):
-    names = [l for l in presets if k in keys_of[l]]
-    comps = [l.replace(" composition", "") for l in order if "composition" in l and k in keys_of[l]
-             and not any(k in keys_of[p] for p in presets)]
-    lacking = [m for m in matrix if m not in names]
-    if names and set(matrix) <= set(names) and set(names) <= set(matrix):
+
+def who(labels):
+    """Optimizers by name, compositions by their policy."""
+    names = [l for l in labels if l in presets]
+    comps = [l.replace(" composition", "") for l in labels if "composition" in l]
+    if names and set(names) == set(matrix):
         s = "every matrix preset"
-    elif names and set(names) <= set(matrix) and len(lacking) == 1:
-        s = f"every matrix preset but `{lacking[0]}`"
+    elif names and set(names) <= set(matrix) and len(set(matrix) - set(names)) == 1:
+        s = f"every matrix preset but `{(set(matrix) - set(names)).pop()}`"
     elif names and set(names) == set(presets):
         s = "every optimizer"
     else:
-        s = ", ".join(f"`{n}`" if " " not in n else f"`muon` with `ns_steps=auto`" for n in names)
+        s = ", ".join(f"`{n}`" if " " not in n else "`muon` with `ns_steps=auto`" for n in names)
     if comps:
         s = (s + "; " if s else "") + "compositions with " + ", ".join(f"`{c}`" for c in comps)
     return s
 
+
+def knowing(k):
+    """Presets that know k; compositions only where no preset does."""
+    names = [l for l in presets if k in options_of[l]]
+    return names or [l for l in order if k in options_of[l]]
+
+
+def names_text(values):
+    """An enum's names in code font; numbers' and booleans' ranges as they are."""
+    if values.split(" ")[0] in ("number", "integer", "boolean", "comma-separated"):
+        return values.replace(">=", "≥").replace("<=", "≤")
+    return ", ".join(f"`{v}`" for v in values.split(", "))
+
+
+def grouped(k, field):
+    """One text when every optimizer that knows k agrees, else each text with the optimizers it holds for."""
+    groups = OrderedDict()
+    for l in knowing(k):
+        groups.setdefault(options_of[l][k][field], []).append(l)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return groups
+
+
+def default_text(k):
+    g = grouped(k, 1)
+    show = lambda v: f"`{v}`" if v else "empty"
+    if isinstance(g, str):
+        return show(g)
+    if len(g) > 3:
+        return "the preset's"
+    common = max(g, key=lambda v: len(g[v]))
+    rest = "; ".join(f"{who(ls)} {show(v)}" for v, ls in g.items() if v != common)
+    return f"{show(common)} ({rest})"
+
+
+def merged(k, field, fmt):
+    g = grouped(k, field)
+    if isinstance(g, str):
+        return fmt(g)
+    return "; ".join(f"{who(ls)}: {fmt(v)}" for v, ls in g.items())
+
+
 rows = []
 for k in all_keys:
-    v, meaning, link = D[k]
-    rows.append(f"| `{k}` | {accepted(k)} | {v} | {meaning} ([entry]({link})) |")
+    values = merged(k, 0, names_text)
+    meaning = merged(k, 2, lambda d: d)
+    if k in NOTE:
+        meaning += f" ({NOTE[k]})"
+    rows.append(f"| `{k}` | {who([l for l in order if k in options_of[l] and (l in presets or not any(k in options_of[p] for p in presets))])} "
+                f"| {values}; {default_text(k)} | {meaning} ([entry]({LINK[k]})) |")
 
 per = []
 for l in order:
-    name = f"`{l}`" if "composition" not in l and " " not in l else (f"`muon` with `ns_steps=auto`" if " " in l and "composition" not in l else l.replace(" composition", "") + " (a composition)")
     if "composition" in l:
         name = "`" + l.replace(" composition", "") + "` (a composition)"
-    per.append(f"| {name} | {', '.join(f'`{k}`' for k in keys_of[l])} |")
+    elif " " in l:
+        name = "`muon` with `ns_steps=auto`"
+    else:
+        name = f"`{l}`"
+    per.append(f"| {name} | {', '.join(f'`{k}`' for k in options_of[l])} |")
 
 page = f"""# Option keys
 
@@ -113,11 +155,14 @@ value)`, `TorchOptimizer`'s config and `HybridOptimizer`'s routes accept. Each k
 optimizer's `Options` ([api.md](api.md#run-time-facade) for values as text and error messages; the linked entries for
 each field). Unknown keys, and keys an optimizer does not take, are refused with the list of the keys it knows.
 
-The "known to" column and the table per optimizer below are generated from each optimizer's `option_keys()` (the
-facade's names, `muon` with `ns_steps=auto`, and compositions with the policies no preset uses) by
-`tests/docs/option_keys.cpp` and `scripts/options_table.py`; the test `docs.options_table` fails when this page
-differs from what they render. The other columns are written by hand, in the script. A key an optimizer knows can still be
-refused for its value or its combination with other options, with a message naming both.
+Each policy declares each of its options once, as a descriptor (key, field, check, one line of doc;
+`include/matopt/core/options.hpp`, [extending.md](extending.md#options-declared-once)): the text setter, the key
+lists, the validation and this page all come from it. The tables are rendered from the descriptors of the facade's
+names, `muon` with `ns_steps=auto` and compositions with the policies no preset uses (`tests/docs/option_keys.cpp`,
+`scripts/options_table.py`; the test `docs.options_table` fails when this page differs from what they render); only
+the links and the notes on combinations are written by hand, in the script. `AnyOptimizer::option_info()` lists the
+same for an optimizer at run time, with its current values. A key an optimizer knows can still be refused for its
+value or its combination with other options, with a message naming both.
 
 | key | known to | values; default | meaning |
 |---|---|---|---|

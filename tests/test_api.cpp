@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The public contract (architecture.md): options, validation and bad input (nothing changes on a throw),
 // odd shapes, storage orders and Eigen argument kinds, the run-time facade and the hybrid container.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <doctest/doctest.h>
 
@@ -64,7 +66,7 @@ TEST_CASE_TEMPLATE("bad hyperparameters throw naming the parameter", T, float, d
     bad(opt, [](O& o) { o.weight_decay = T(-1); }, "weight_decay must be finite and >= 0");
     bad(opt, [&](O& o) { o.weight_decay = nan; }, "weight_decay");
   });
-  bad(Muon<T>{}, [](auto& o) { o.precondition.schedule.steps = 0; }, "NS steps must be >= 1");
+  bad(Muon<T>{}, [](auto& o) { o.precondition.schedule.steps = 0; }, "ns_steps must be >= 1");
   bad(RMNP<T>{}, [](auto& o) { o.precondition.eps = 0; }, "norm_eps must be finite and > 0");
   bad(OrScale<T>{}, [](auto& o) { o.scaling.clip_min = 2; }, "clip_min must be <= clip_max");
   bad(AdamW<T>{}, [](auto& o) { o.beta2 = T(1); }, "beta2 must be in [0, 1)");
@@ -406,8 +408,13 @@ TEST_CASE("hybrid: routing, groups and effective lr") {
 namespace {
 /// A scaling that also takes RowNormalize's key norm_eps (as its own eps): a composition giving one key two meanings.
 struct StaticWithNormEps : Static<shape::Unit> {
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return key == "norm_eps" || Static<shape::Unit>::set_option(o, key, value);
+  struct Options : Static<shape::Unit>::Options {
+    double eps = 0;
+  };
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("norm_eps", o.eps, checks::NonNegative{}, "a second meaning of norm_eps");
+    Static<shape::Unit>::describe(o, d);
   }
 };
 }  // namespace
@@ -441,4 +448,125 @@ TEST_CASE("options: a key two stages accept is an error, and a key that does not
                        std::invalid_argument);
   CHECK(dion.option_keys().find("momentum") == std::string::npos);
   CHECK_NOTHROW(dion.set("mu", "0.9"));
+}
+
+namespace {
+/// Options of every kind, each declared once (core/options.hpp), and a rule across two of them.
+struct Described {
+  struct Options {
+    int rounds = 5;
+    double eps = 1e-12;
+    double fraction = 1.0;
+    int level = 2;
+    std::vector<Index> sizes;
+    LrRule rule = LrRule::Preset;
+    bool flag = false;
+  };
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("rounds", o.rounds, checks::AtLeast{1}, "rounds");
+    d("eps", o.eps, checks::Positive{}, "the floor");
+    d("fraction", o.fraction, checks::Fraction{}, "a fraction");
+    d("level", o.level, checks::InRange{1, 3}, "a level");
+    d("sizes", o.sizes, checks::Any{}, "sizes");
+    d("rule", o.rule, checks::one_of(lr_rule_names, "an lr rule"), "a rule");
+    d("flag", o.flag, checks::Any{}, "a flag");
+    d.rule([&o](std::string_view where) {
+      if (o.flag && o.rounds > 3) detail::fail(where, "flag needs rounds <= 3 (got ", o.rounds, ")");
+    });
+  }
+};
+}  // namespace
+
+TEST_CASE("options: one descriptor per option gives the setter, the checks, the key list and the values") {
+  Described::Options o;
+  CHECK(detail::option_keys<Described>() == "rounds, eps, fraction, level, sizes, rule, flag");
+  // Text by the field's type, or by the check (an enum's names).
+  CHECK(detail::set_option<Described>(o, "rounds", "3"));
+  CHECK(detail::set_option<Described>(o, "eps", "1e-6"));
+  CHECK(detail::set_option<Described>(o, "sizes", "4,2,2"));
+  CHECK(detail::set_option<Described>(o, "rule", "sqrt_max"));
+  CHECK(detail::set_option<Described>(o, "flag", "on"));
+  CHECK(o.rounds == 3);
+  CHECK(o.eps == 1e-6);
+  CHECK(o.sizes == std::vector<Index>{4, 2, 2});
+  CHECK(o.rule == LrRule::SqrtMax);
+  CHECK(o.flag);
+  CHECK_FALSE(detail::set_option<Described>(o, "round", "3"));  // unknown: false
+  // Bad text names the key and the value, and changes nothing (a list only when every entry parses).
+  CHECK_THROWS_WITH_AS(detail::set_option<Described>(o, "sizes", "4,x"),
+                       "matopt options: option 'sizes': 'x' is not an integer", std::invalid_argument);
+  CHECK(o.sizes == std::vector<Index>{4, 2, 2});
+  CHECK_THROWS_WITH_AS(
+      detail::set_option<Described>(o, "rule", "fast"),
+      "matopt options: option 'rule': 'fast' is not an lr rule (preset, unit, muon_original, sqrt_max, sqrt_ratio)",
+      std::invalid_argument);
+  CHECK(o.rule == LrRule::SqrtMax);
+  // Each check's message, with the key and the value; then the rule across options.
+  CHECK_NOTHROW(detail::validate_options<Described>(o, "w"));
+  auto refused = [](void (*change)(Described::Options&), const char* message) {
+    Described::Options bad;
+    change(bad);
+    CHECK_THROWS_WITH_AS(detail::validate_options<Described>(bad, "w"), message, std::invalid_argument);
+  };
+  refused([](Described::Options& b) { b.rounds = 0; }, "w: rounds must be >= 1 (got 0)");
+  refused([](Described::Options& b) { b.eps = 0; }, "w: eps must be finite and > 0 (got 0)");
+  refused([](Described::Options& b) { b.fraction = 1.5; }, "w: fraction must be in (0, 1] (got 1.5)");
+  refused([](Described::Options& b) { b.level = 4; }, "w: level must be in [1, 3] (got 4)");
+  refused([](Described::Options& b) { b.flag = true; }, "w: flag needs rounds <= 3 (got 5)");
+  // What each accepts and its value, as text that set_option reads back.
+  const std::vector<OptionInfo> info = option_info<Described>(o);
+  REQUIRE(info.size() == 7);
+  CHECK(info[0].values == "integer >= 1");
+  CHECK(info[0].value == "3");
+  CHECK(info[1].values == "number > 0");
+  CHECK(info[1].value == "1e-06");
+  CHECK(info[2].values == "number in (0, 1]");
+  CHECK(info[3].values == "integer in [1, 3]");
+  CHECK(info[4].value == "4,2,2");
+  CHECK(info[5].values == "preset, unit, muon_original, sqrt_max, sqrt_ratio");
+  CHECK(info[5].value == "sqrt_max");
+  CHECK(info[6].values == "boolean");
+  CHECK(info[6].value == "true");
+  CHECK(info[6].doc == std::string("a flag"));
+}
+
+TEST_CASE("options: every facade optimizer's option_info reads back through set, each key with one meaning") {
+  // Every key set to the text of its own value changes nothing: the setter, the value text and the key list agree,
+  // and no key is refused as two stages' (set_option would throw).
+  const std::string& names = optimizer_names;
+  for (std::size_t at = 0; at < names.size();) {
+    const std::size_t end = std::min(names.find(", ", at), names.size());
+    const std::string name = names.substr(at, end - at);
+    at = end + 2;
+    CAPTURE(name);
+    AnyOptimizer<double> opt = make_optimizer<double>(name);
+    const std::vector<OptionInfo> before = opt.option_info();
+    std::string keys;
+    for (const OptionInfo& o : before) {
+      CAPTURE(o.key);
+      (keys += keys.empty() ? "" : ", ") += o.key;
+      CHECK_FALSE(o.values.empty());
+      CHECK_FALSE(o.doc.empty());
+      if (!o.value.empty() && o.key != "ns_schedule") CHECK_NOTHROW(opt.set(o.key, o.value));
+    }
+    CHECK(keys == opt.option_keys());
+    const std::vector<OptionInfo> after = opt.option_info();
+    REQUIRE(after.size() == before.size());
+    for (std::size_t i = 0; i < after.size(); ++i) CHECK(after[i].value == before[i].value);
+  }
+  // The schedule's value is the published schedule the options hold, and none once a key changes it.
+  AnyOptimizer<float> turbo = make_optimizer<float>("turbo_muon");
+  auto value = [&](const char* key) {
+    for (const OptionInfo& o : turbo.option_info())
+      if (o.key == key) return o.value;
+    return std::string("(missing)");
+  };
+  CHECK(value("ns_schedule") == "turbo");
+  CHECK(value("ns_steps") == "4");
+  turbo.set("ns_steps", "3");
+  CHECK(value("ns_schedule").empty());
+  turbo.set("ns_schedule", "jordan");
+  CHECK(value("ns_schedule") == "jordan");
+  CHECK(value("ns_steps") == "5");
 }

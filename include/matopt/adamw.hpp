@@ -74,25 +74,12 @@ struct AdamW {
   static void check_loaded(const Buffers<Vec>& b, Fail&& fail) {
     if ((b.v.array() < typename Vec::Scalar(0)).any()) fail("field 'v' (AdamW's second moment) has a negative entry");
   }
-  /// Keys beta1, beta2, eps (between lr and weight_decay in the optimizer's keys).
-  static constexpr const char* keys = "beta1, beta2, eps";
-
-  /// Throws std::invalid_argument unless beta1 and beta2 are in [0, 1) and eps > 0.
-  template <class O>
-  static void validate(const O& o, std::string_view where) {
-    detail::require_unit_interval(where, "beta1", o.beta1);
-    detail::require_unit_interval(where, "beta2", o.beta2);
-    detail::require_positive(where, "eps", o.eps);
-  }
-  /// Keys beta1, beta2, eps; false for another.
-  template <class O>
-  static bool set_option(O& o, std::string_view key, std::string_view value) {
-    using T = decltype(o.lr);
-    if (key == "beta1") o.beta1 = T(detail::parse_double(key, value));
-    else if (key == "beta2") o.beta2 = T(detail::parse_double(key, value));
-    else if (key == "eps") o.eps = T(detail::parse_double(key, value));
-    else return false;
-    return true;
+  /// The rule's options (core/options.hpp): beta1, beta2, eps (between lr and weight_decay in the optimizer's).
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("beta1", o.beta1, checks::UnitInterval{}, "AdamW's beta1");
+    d("beta2", o.beta2, checks::UnitInterval{}, "AdamW's beta2");
+    d("eps", o.eps, checks::Positive{}, "AdamW's epsilon");
   }
 
   /// One step at count t on checked arguments.

@@ -48,23 +48,11 @@ struct Lion {
   /// Checkpoint loading: any finite momentum is valid.
   template <class Vec, class Fail>
   static void check_loaded(const Buffers<Vec>&, Fail&&) {}
-  /// Keys beta1, beta2 (between lr and weight_decay in the optimizer's keys).
-  static constexpr const char* keys = "beta1, beta2";
-
-  /// Throws std::invalid_argument unless beta1 and beta2 are in [0, 1).
-  template <class O>
-  static void validate(const O& o, std::string_view where) {
-    detail::require_unit_interval(where, "beta1", o.beta1);
-    detail::require_unit_interval(where, "beta2", o.beta2);
-  }
-  /// Keys beta1, beta2; false for another.
-  template <class O>
-  static bool set_option(O& o, std::string_view key, std::string_view value) {
-    using T = decltype(o.lr);
-    if (key == "beta1") o.beta1 = T(detail::parse_double(key, value));
-    else if (key == "beta2") o.beta2 = T(detail::parse_double(key, value));
-    else return false;
-    return true;
+  /// The rule's options (core/options.hpp): beta1, beta2 (between lr and weight_decay in the optimizer's).
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("beta1", o.beta1, checks::UnitInterval{}, "Lion's interpolation of the direction");
+    d("beta2", o.beta2, checks::UnitInterval{}, "Lion's momentum decay");
   }
 
   /// One step on checked arguments (t unused: Lion has no bias correction).

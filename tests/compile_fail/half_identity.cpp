@@ -2,7 +2,7 @@
 // Must not compile: a preconditioner missing members, so that the static_asserts' messages tell its author what to
 // add. CTest compiles it (-fsyntax-only) twice and expects each message:
 //   policy_checks.missing_cost     -DMATOPT_DROP_COST: no `cost`, wrapped in AnyOptimizer (distributed/plan.hpp);
-//   policy_checks.missing_members  -DMATOPT_DROP_MEMBERS: no `option_keys` and `validate`, in an Optimizer
+//   policy_checks.missing_members  -DMATOPT_DROP_MEMBERS: no `describe` (its options), in an Optimizer
 //                                  (core/detail/traits.hpp, check_preconditioner).
 #include <matopt/matopt.hpp>
 
@@ -14,11 +14,10 @@ struct HalfIdentity {  // D = U / 2
   };
   template <class T>
   static void reserve(Workspace<T>&, const Options&, matopt::Index, matopt::Index) {}
-  static bool set_option(Options&, std::string_view, std::string_view) { return false; }
   static constexpr const char* name() { return "HalfIdentity"; }
 #if !defined(MATOPT_DROP_MEMBERS)
-  static void validate(const Options&, std::string_view) {}
-  static constexpr const char* option_keys() { return ""; }
+  template <class O, class D>
+  static void describe(O&, D&) {}
 #endif
 #if !defined(MATOPT_DROP_COST)
   static double cost(matopt::Index m, matopt::Index n) { return matopt::elementwise_cost(m, n); }

@@ -10,8 +10,8 @@
 //   Buffers<Vec>                       its per-element buffers of vector type Vec (Eigen on the host, a device
 //                                      vector on a device): each(f) visits f(name, buffer)
 //   check_loaded(buffers, fail)        what loaded (host) buffers must satisfy (AdamW: v >= 0)
-//   validate(o, where)                 the rule's own fields (lr and weight_decay are checked here)
-//   set_option(o, key, value), keys    the rule's own keys
+//   describe(o, d)                     the rule's own options (core/options.hpp; lr, weight_decay and non_finite
+//                                      are declared here)
 //   update(w, g, buffers, o, t)        one step on checked arguments at step count t (1-based); g may be an
 //                                      expression (NonFinite::Zero)
 // Works on any Eigen matrix or vector. The device twins (backend/device_adamw.hpp, device_lion.hpp) take the same
@@ -26,7 +26,7 @@
 #include <Eigen/Core>
 
 #include "matopt/core/detail/errors.hpp"
-#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/options.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
 
@@ -87,11 +87,17 @@ class ElementwiseOptimizer {
   /// The name, as checkpoints record it.
   static std::string identity() { return name(); }
 
+  /// The options (core/options.hpp): lr, the rule's, weight_decay, non_finite.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("lr", o.lr, checks::Positive{}, "the learning rate");
+    Rule::describe(o, d);
+    d("weight_decay", o.weight_decay, checks::NonNegative{}, "lambda, the decoupled weight decay");
+    d("non_finite", o.non_finite, non_finite_check, "what a gradient holding inf or NaN does");
+  }
   /// Throws std::invalid_argument, prefixed by `where`, naming the first bad hyperparameter.
   static void validate(const Options& o, std::string_view where) {
-    detail::require_positive(where, "lr", o.lr);
-    Rule::validate(o, where);
-    detail::require_nonnegative(where, "weight_decay", o.weight_decay);
+    detail::validate_options<ElementwiseOptimizer>(o, where);
   }
 
   /// Allocates the state (zero buffers) for parameter W.
@@ -138,14 +144,10 @@ class ElementwiseOptimizer {
 
   /// Sets one option from text (keys lr, the rule's, weight_decay, non_finite); false for an unknown key.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key == "lr") o.lr = T(detail::parse_double(key, value));
-    else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
-    else if (key == "non_finite") o.non_finite = detail::parse_non_finite(key, value);
-    else return Rule::set_option(o, key, value);
-    return true;
+    return detail::set_option<ElementwiseOptimizer>(o, key, value);
   }
   /// "lr, <the rule's keys>, weight_decay, non_finite".
-  static std::string option_keys() { return std::string("lr, ") + Rule::keys + ", weight_decay, non_finite"; }
+  static std::string option_keys() { return detail::option_keys<ElementwiseOptimizer>(); }
 
  private:
   Options options_;

@@ -24,11 +24,12 @@
 /// - `Options`: its hyperparameters, an aggregate with defaults (held in Optimizer::Options).
 /// - `name()`: its name in messages; `identity()`, where declared, also names the policies it wraps (checkpoints
 ///   record it).
-/// - `validate(o, where)`: throws std::invalid_argument, the message starting with `where`, naming the first bad
-///   option. Optimizer calls it at construction and before every step, before anything is written.
-/// - `set_option(o, key, value)`: sets one option from text (the run-time facade's key/value configuration); returns
-///   false for a key the policy does not know and throws std::invalid_argument for a bad value.
-/// - `option_keys()`: the keys set_option() accepts, comma-separated ("" for none).
+/// - `describe(o, d)` (a template over `O` = Options or const Options and the walker `D`): every option declared
+///   once, as `d(key, o.field, check, doc)` (core/options.hpp: checks::Positive, AtLeast{1}, one_of(names), ...),
+///   rules across options as `d.rule(f)` (f(where) throws std::invalid_argument), and a wrapped policy's options
+///   as `Inner::describe(o.inner, d)`. Optimizer's validate (at construction and before every step, before
+///   anything is written), set_option (the facade's key/value text), option_keys and the docs' key table all walk
+///   it; a key of both the preconditioner and the scaling is refused.
 ///
 /// @section policy_momentum Momentum policies (Momentum, NoMomentum)
 /// - `has_buffer`: whether the policy keeps a buffer V of W's size (Optimizer::State::momentum).
@@ -83,9 +84,9 @@
 #include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parallel.hpp"
-#include "matopt/core/detail/parse.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/detail/workspace.hpp"
+#include "matopt/core/options.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
 #include "matopt/precondition/row_blocks.hpp"
@@ -251,14 +252,22 @@ class Optimizer {
            MomentumPolicy::name() + ", " + detail::policy_identity<Scaling>() + ">";
   }
 
-  /// Throws std::invalid_argument naming the first bad hyperparameter.
-  static void validate(const Options& o, std::string_view where) {
-    detail::require_positive(where, "lr", o.lr);
-    detail::require_unit_interval(where, "momentum", o.momentum);
-    detail::require_nonnegative(where, "weight_decay", o.weight_decay);
-    Preconditioner::validate(o.precondition, where);
-    Scaling::validate(o.scaling, where);
+  /// The options (core/options.hpp): lr, momentum and nesterov (with a momentum buffer), weight_decay, non_finite,
+  /// then the preconditioner's and the scaling's.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("lr", o.lr, checks::Positive{}, "the learning rate");
+    if constexpr (MomentumPolicy::has_buffer) {
+      d("momentum", o.momentum, checks::UnitInterval{}, "beta of the momentum");
+      d("nesterov", o.nesterov, checks::Any{}, "the Nesterov form of the momentum");
+    }
+    d("weight_decay", o.weight_decay, checks::NonNegative{}, "lambda, the weight decay");
+    d("non_finite", o.non_finite, non_finite_check, "what a gradient holding inf or NaN does");
+    Preconditioner::describe(o.precondition, d);
+    Scaling::describe(o.scaling, d);
   }
+  /// Throws std::invalid_argument naming the first bad hyperparameter.
+  static void validate(const Options& o, std::string_view where) { detail::validate_options<Optimizer>(o, where); }
 
   /// Allocates the state for parameter W (momentum + scaling state) and grows this optimizer's shared
   /// workspace to fit W's shape.
@@ -336,40 +345,18 @@ class Optimizer {
   /// Sets one option from text, for run-time configuration (the facade). Keys: lr, momentum, nesterov,
   /// weight_decay, and the policies' own (option_keys()). Returns false for an unknown key.
   static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    constexpr bool momentum = MomentumPolicy::has_buffer;
-    if ((key == "momentum" || key == "nesterov") && !momentum)
+    if ((key == "momentum" || key == "nesterov") && !MomentumPolicy::has_buffer)
       detail::fail(Defaults::name, "option '", key, "' does not apply: it steps without momentum (",
                    MomentumPolicy::name(), ")");
-    if (key == "lr") o.lr = T(detail::parse_double(key, value));
-    else if (key == "momentum") o.momentum = T(detail::parse_double(key, value));
-    else if (key == "nesterov") o.nesterov = detail::parse_bool(key, value);
-    else if (key == "weight_decay") o.weight_decay = T(detail::parse_double(key, value));
-    else if (key == "non_finite") o.non_finite = detail::parse_non_finite(key, value);
-    else {
-      // A key is one stage's: one that both stages accept would be a silent choice, so it is an error.
-      auto precondition = o.precondition;
-      auto scaling = o.scaling;
-      const bool p = Preconditioner::set_option(precondition, key, value);
-      const bool s = Scaling::set_option(scaling, key, value);
-      if (p && s)
-        detail::fail(Defaults::name, "option '", key, "' is a key of both its preconditioner (", Preconditioner::name(),
-                     ") and its scaling (", Scaling::name(), "): a composition must give each key one meaning");
-      if (p) o.precondition = std::move(precondition);
-      if (s) o.scaling = std::move(scaling);
-      return p || s;
-    }
-    return true;
+    // A key is one stage's: one that both stages accept would be a silent choice, so it is an error.
+    if (detail::knows_option<Preconditioner>(key) && detail::knows_option<Scaling>(key))
+      detail::fail(Defaults::name, "option '", key, "' is a key of both its preconditioner (", Preconditioner::name(),
+                   ") and its scaling (", Scaling::name(), "): a composition must give each key one meaning");
+    return detail::set_option<Optimizer>(o, key, value);
   }
   /// The keys set_option() accepts: lr, momentum and nesterov (with a momentum policy), weight_decay, non_finite,
   /// then the policies' own.
-  static std::string option_keys() {
-    std::string keys = MomentumPolicy::has_buffer ? "lr, momentum, nesterov, weight_decay, non_finite"
-                                                  : "lr, weight_decay, non_finite";
-    // Held as strings: a policy may return its keys as a temporary std::string.
-    for (const std::string& k : {std::string(Preconditioner::option_keys()), std::string(Scaling::option_keys())})
-      if (!k.empty()) (keys += ", ") += k;
-    return keys;
-  }
+  static std::string option_keys() { return detail::option_keys<Optimizer>(); }
 
  private:
   using Workspace = typename Preconditioner::template Workspace<T>;

@@ -10,8 +10,10 @@
 #include <functional>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "matopt/core/detail/errors.hpp"
+#include "matopt/core/options.hpp"
 #include "matopt/core/view.hpp"
 
 namespace matopt {
@@ -23,14 +25,13 @@ enum class NonFinite {
   Zero,   ///< step with the non-finite entries of G replaced by 0; the state's `zeroed` counter counts it
 };
 
-/// The option value of a policy: "throw", "skip" or "zero" (the facade's `non_finite` option).
-inline const char* non_finite_name(NonFinite p) {
-  switch (p) {
-    case NonFinite::Skip: return "skip";
-    case NonFinite::Zero: return "zero";
-    default: return "throw";
-  }
-}
+/// The option values of a policy (the facade's `non_finite` option).
+inline constexpr std::pair<const char*, NonFinite> non_finite_names[] = {
+    {"throw", NonFinite::Throw}, {"skip", NonFinite::Skip}, {"zero", NonFinite::Zero}};
+/// The option value of a policy: "throw", "skip" or "zero".
+inline const char* non_finite_name(NonFinite p) { return checks::one_of(non_finite_names).name(p); }
+/// The check of the `non_finite` option: its names.
+inline constexpr checks::OneOf<NonFinite> non_finite_check = checks::one_of(non_finite_names, "a non-finite policy");
 
 /// One parameter's settings in a batched step that steps parameters of several groups in one call
 /// (Optimizer::step(params, grads, states, settings); HybridOptimizer): they replace the optimizer's lr,
@@ -44,13 +45,6 @@ struct ParamStep {
 };
 
 namespace detail {
-inline NonFinite parse_non_finite(std::string_view key, std::string_view value) {
-  if (value == "throw") return NonFinite::Throw;
-  if (value == "skip") return NonFinite::Skip;
-  if (value == "zero") return NonFinite::Zero;
-  fail("matopt options", "option '", key, "': '", value, "' is not a non-finite policy (throw, skip, zero)");
-}
-
 /// What a checked step goes on to do with its gradient.
 enum class GradAction { Apply, Skip, Zero };
 

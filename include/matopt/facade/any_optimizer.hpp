@@ -172,7 +172,7 @@ class AnyOptimizer {
     virtual T effective_lr(const State& s) const = 0;
     virtual std::string name() const = 0;
     virtual std::string identity() const = 0;
-    virtual std::string option_keys() const = 0;
+    virtual std::vector<OptionInfo> option_info() const = 0;
     virtual std::size_t workspace_bytes() const = 0;
     virtual double cost(Index m, Index n) const = 0;
   };
@@ -276,7 +276,7 @@ class AnyOptimizer {
     T effective_lr(const State& s) const override { return opt.effective_lr(typed(s)); }
     std::string name() const override { return opt.name(); }
     std::string identity() const override { return Opt::identity(); }
-    std::string option_keys() const override { return Opt::option_keys(); }
+    std::vector<OptionInfo> option_info() const override { return matopt::option_info<Opt>(opt.options()); }
     std::size_t workspace_bytes() const override { return opt.workspace_bytes(); }
     double cost(Index m, Index n) const override {
       if constexpr (detail::has_preconditioner_type_v<Opt>) return preconditioner_cost<typename Opt::PreconditionerType>(m, n);
@@ -342,7 +342,10 @@ class AnyOptimizer {
   /// preconditioner; m n for AdamW and Lion): what the distributed optimizers balance across ranks.
   double cost(Index m, Index n) const { return impl_->cost(m, n); }
   /// The keys set() accepts (the wrapped optimizer's option_keys()).
-  std::string option_keys() const { return impl_->option_keys(); }
+  std::string option_keys() const { return detail::join_keys(impl_->option_info()); }
+  /// Every option set() accepts, with what it accepts, its current value and a line on what it does (the
+  /// optimizer's descriptors, core/options.hpp): for a command line's help, or a record of a run's settings.
+  std::vector<OptionInfo> option_info() const { return impl_->option_info(); }
   /// The wrapped optimizer's workspace bytes.
   std::size_t workspace_bytes() const { return impl_->workspace_bytes(); }
 

@@ -108,28 +108,17 @@ struct Adaptive {
       ws.dominance.template reserve<T>(m, n);
   }
 
-  /// Throws std::invalid_argument for a negative threshold, every < 1, a bad option of either policy, or row blocks.
-  static void validate(const Options& o, std::string_view where) {
-    detail::require_nonnegative(where, "adaptive_threshold", o.threshold);
-    if (o.every < 1) detail::fail(where, "adaptive_every must be >= 1 (got ", o.every, ")");
-    Cheap::validate(o.cheap, where);
-    Exact::validate(o.exact, where);
+  /// The switching rule's options (core/options.hpp), then Cheap's and Exact's; Exact steps the whole matrix.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("adaptive_threshold", o.threshold, checks::NonNegative{}, "use the cheap preconditioner while r_min >= it");
+    d("adaptive_every", o.every, checks::AtLeast{1}, "check every this many steps");
+    Cheap::describe(o.cheap, d);
+    Exact::describe(o.exact, d);
     if constexpr (std::is_base_of_v<RowBlocks, typename Exact::Options>)
-      if (o.exact.blocked()) detail::fail(where, "heads / split_sizes: Adaptive steps the whole matrix");
-  }
-  /// Keys adaptive_threshold and adaptive_every, then Cheap's and Exact's.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key == "adaptive_threshold") o.threshold = detail::parse_double(key, value);
-    else if (key == "adaptive_every") o.every = detail::parse_int(key, value);
-    else return Cheap::set_option(o.cheap, key, value) || Exact::set_option(o.exact, key, value);
-    return true;
-  }
-  /// "adaptive_threshold, adaptive_every", then Cheap's and Exact's keys.
-  static std::string option_keys() {
-    std::string keys = "adaptive_threshold, adaptive_every";
-    for (const std::string& k : {std::string(Cheap::option_keys()), std::string(Exact::option_keys())})
-      if (!k.empty()) (keys += ", ") += k;
-    return keys;
+      d.rule([&o](std::string_view where) {
+        if (o.exact.blocked()) detail::fail(where, "heads / split_sizes: Adaptive steps the whole matrix");
+      });
   }
 
   /// Calls sink(D) with D from Exact or Cheap, as the state's choice says (measured again on a check step).

@@ -112,6 +112,14 @@ struct AutoSteps {
 
   /// The most steps a plan (ns_plan_max_steps) or a loaded state may hold.
   static constexpr int max_plan_steps = 1000;
+  /// ns_steps: an integer in [1, max_plan_steps], or `auto` (this policy), which changes nothing.
+  struct StepsOrAuto : checks::InRange {
+    StepsOrAuto() : checks::InRange{1, max_plan_steps} {}
+    std::string text() const { return checks::InRange::text() + ", or auto"; }
+    static void parse(std::string_view key, std::string_view value, int& steps) {
+      if (value != "auto") steps = detail::parse_int(key, value);
+    }
+  };
 
   /// Before a step (Optimizer::check): a plan longer than these options allow (a checkpoint from a run with a
   /// larger ns_plan_max_steps or ns_steps) is refused, not run.
@@ -138,34 +146,21 @@ struct AutoSteps {
   }
 
   /// Throws std::invalid_argument for a bad Orthogonalize option, row blocks, AOL, ns_steps above max_plan_steps,
-  /// or a planning option out of range.
-  static void validate(const Options& o, std::string_view where) {
-    Inner::validate(o, where);
-    if (o.blocked()) detail::fail(where, "heads / split_sizes: ns_steps=auto plans the whole matrix");
-    if (o.schedule.aol)
-      detail::fail(where, "ns_aol: ns_steps=auto plans for the Frobenius-normalized input, not AOL's");
-    if (o.schedule.steps > max_plan_steps)
-      detail::fail(where, "ns_steps must be <= ", max_plan_steps, " (got ", o.schedule.steps, ")");
-    if (o.plan_every < 1) detail::fail(where, "ns_plan_every must be >= 1 (got ", o.plan_every, ")");
-    if (!(o.plan_quantile > 0 && o.plan_quantile <= 1))
-      detail::fail(where, "ns_plan_quantile must be in (0, 1] (got ", o.plan_quantile, ")");
-    detail::require_positive(where, "ns_plan_tau", o.plan_tau);
-    if (o.plan_max_steps < 1 || o.plan_max_steps > max_plan_steps)
-      detail::fail(where, "ns_plan_max_steps must be in [1, ", max_plan_steps, "] (got ", o.plan_max_steps, ")");
-  }
-  /// Keys ns_plan_every, ns_plan_quantile, ns_plan_tau, ns_plan_max_steps (and ns_steps=auto), then Orthogonalize's.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key == "ns_steps" && value == "auto") return true;  // what this policy is
-    if (key == "ns_plan_every") o.plan_every = detail::parse_int(key, value);
-    else if (key == "ns_plan_quantile") o.plan_quantile = detail::parse_double(key, value);
-    else if (key == "ns_plan_tau") o.plan_tau = detail::parse_double(key, value);
-    else if (key == "ns_plan_max_steps") o.plan_max_steps = detail::parse_int(key, value);
-    else return Inner::set_option(o, key, value);
-    return true;
-  }
-  /// The planning keys, then Orthogonalize's.
-  static std::string option_keys() {
-    return "ns_plan_every, ns_plan_quantile, ns_plan_tau, ns_plan_max_steps, " + Inner::option_keys();
+  /// The options (core/options.hpp): ns_steps (also `auto`, what this policy is), the plan's, then Inner's; no row
+  /// blocks and no AOL start (a plan is made for the whole, Frobenius-normalized matrix).
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("ns_steps", o.schedule.steps, StepsOrAuto{}, "K, the Newton-Schulz steps (auto: planned)");
+    d("ns_plan_every", o.plan_every, checks::AtLeast{1}, "re-plan K every this many steps of a parameter");
+    d("ns_plan_quantile", o.plan_quantile, checks::Fraction{}, "p of the tracked singular-value quantile");
+    d("ns_plan_tau", o.plan_tau, checks::Positive{}, "the band the quantile's direction must reach");
+    d("ns_plan_max_steps", o.plan_max_steps, checks::InRange{1, max_plan_steps}, "the most steps a plan chooses");
+    Inner::describe(o, d);
+    d.rule([&o](std::string_view where) {
+      if (o.blocked()) detail::fail(where, "heads / split_sizes: ns_steps=auto plans the whole matrix");
+      if (o.schedule.aol)
+        detail::fail(where, "ns_aol: ns_steps=auto plans for the Frobenius-normalized input, not AOL's");
+    });
   }
 
   /// Whether this step of the parameter checks its plan (every plan_every steps, the first included).

@@ -87,25 +87,14 @@ struct DionPowerIteration {
     return std::max<Index>(1, std::min({want, m, n}));
   }
 
-  /// Throws std::invalid_argument unless mu is in [0, 1), rank_fraction in (0, 1], rank_multiple_of >= 1, eps > 0.
-  static void validate(const Options& o, std::string_view where) {
-    detail::require_unit_interval(where, "mu", o.mu);
-    if (!(o.rank_fraction > 0 && o.rank_fraction <= 1))
-      detail::fail(where, "rank_fraction must be in (0, 1] (got ", o.rank_fraction, ")");
-    if (o.rank_multiple_of < 1) detail::fail(where, "rank_multiple_of must be >= 1 (got ", o.rank_multiple_of, ")");
-    detail::require_positive(where, "dion_eps", o.eps);
+  /// The options (core/options.hpp): mu, rank_fraction, rank_multiple_of, dion_eps.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("mu", o.mu, checks::UnitInterval{}, "mu of Dion's error feedback");
+    d("rank_fraction", o.rank_fraction, checks::Fraction{}, "Dion's rank r / min(m, n) before rounding");
+    d("rank_multiple_of", o.rank_multiple_of, checks::AtLeast{1}, "Dion's rank rounded up to a multiple of it");
+    d("dion_eps", o.eps, checks::Positive{}, "epsilon of Q's column normalization");
   }
-  /// Keys mu, rank_fraction, rank_multiple_of and dion_eps.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key == "mu") o.mu = detail::parse_double(key, value);
-    else if (key == "rank_fraction") o.rank_fraction = detail::parse_double(key, value);
-    else if (key == "rank_multiple_of") o.rank_multiple_of = detail::parse_int(key, value);
-    else if (key == "dion_eps") o.eps = detail::parse_double(key, value);
-    else return false;
-    return true;
-  }
-  /// "mu, rank_fraction, rank_multiple_of, dion_eps".
-  static constexpr const char* option_keys() { return "mu, rank_fraction, rank_multiple_of, dion_eps"; }
 
   /// M = 0 and Q: min(m, n) x rank normal pseudo-random entries (Box-Muller over splitmix64, seeded by the shape).
   template <class T>

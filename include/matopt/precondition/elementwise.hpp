@@ -23,9 +23,8 @@ struct StatelessPreconditioner {
   };
   template <class T>
   static void reserve(Workspace<T>&, const Options&, Index, Index) {}
-  static void validate(const Options&, std::string_view) {}
-  static bool set_option(Options&, std::string_view, std::string_view) { return false; }
-  static constexpr const char* option_keys() { return ""; }
+  template <class O, class D>
+  static void describe(O&, D&) {}
   /// The planner's cost (distributed/plan.hpp): m n, one pass over the entries.
   static double cost(Index m, Index n) { return elementwise_cost(m, n); }
 };

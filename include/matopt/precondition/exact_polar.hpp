@@ -43,18 +43,15 @@ struct ExactPolar {
     }
   };
 
-  /// No options: nothing to check.
-  static void validate(const Options&, std::string_view) {}
+  /// No options.
+  template <class O, class D>
+  static void describe(O&, D&) {}
   /// Sizes the workspace for r x s inputs.
   template <class T>
   static void reserve(Workspace<T>& ws, const Options&, Index r, Index s) {
     ws.x.reserve(r * s);
     ws.y.reserve(r * s);
   }
-  /// No keys: always false.
-  static bool set_option(Options&, std::string_view, std::string_view) { return false; }
-  /// "" (no keys).
-  static constexpr const char* option_keys() { return ""; }
 
   /// The r x s input in the workspace, read in storage order Order; the result in the same order.
   template <class T, int Order>

@@ -25,7 +25,7 @@
 #include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/norms.hpp"
-#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/options.hpp"
 #include "matopt/core/detail/workspace.hpp"
 #include "matopt/precondition/detail/ns_algorithm.hpp"
 #include "matopt/precondition/schedule.hpp"
@@ -35,6 +35,9 @@ namespace matopt {
 /// Which Newton–Schulz algorithm runs: `Plain` (SYRK and GEMM on X, 3 r^2 s + r^3 per step), `Gram` (iterates on
 /// X X^T, Dao-AILab: cheaper when s >> r), or `Auto` (Gram when s >= gram_aspect r, plain otherwise).
 enum class NsVariant { Auto, Plain, Gram };
+/// The option values of the variants.
+inline constexpr std::pair<const char*, NsVariant> ns_variant_names[] = {
+    {"auto", NsVariant::Auto}, {"plain", NsVariant::Plain}, {"gram", NsVariant::Gram}};
 
 /// The precision of Newton–Schulz's products (key ns_dtype): `Float32` (default) multiplies in the optimizer's
 /// scalar type; `BFloat16` rounds every product's operands to bfloat16 and accumulates in float, as the peers' GPU
@@ -42,8 +45,11 @@ enum class NsVariant { Auto, Plain, Gram };
 /// the optimizer's scalar type.
 enum class NsDtype { Float32, BFloat16 };
 
+/// The option values of the precisions.
+inline constexpr std::pair<const char*, NsDtype> ns_dtype_names[] = {{"float32", NsDtype::Float32},
+                                                                     {"bfloat16", NsDtype::BFloat16}};
 /// "float32" or "bfloat16".
-inline const char* ns_dtype_name(NsDtype d) { return d == NsDtype::BFloat16 ? "bfloat16" : "float32"; }
+inline const char* ns_dtype_name(NsDtype d) { return checks::one_of(ns_dtype_names).name(d); }
 
 /// Newton–Schulz with the schedule `Schedule` by default (a tag of matopt::schedules); the schedule is a
 /// run-time value in Options, so a generated one (polar_express::optimal_composition) plugs in too.
@@ -82,39 +88,21 @@ struct NewtonSchulz {
     detail::DenseMap<T, Order> input(Index rows, Index cols) { return x.template matrix<Order>(rows, cols); }
   };
 
-  /// Throws std::invalid_argument for an invalid schedule, gram_aspect < 1, a restart step < 1, or
-  /// ns_dtype = bfloat16 in a build without oneDNN or on a CPU oneDNN has no bfloat16 matmul for.
-  static void validate(const Options& o, std::string_view where) {
-    o.schedule.validate(where);
-    if (o.dtype == NsDtype::BFloat16) detail::check_bf16_products(where);
-    if (!(o.gram_aspect >= 1)) detail::fail(where, "gram_aspect must be >= 1 (got ", o.gram_aspect, ")");
-    for (int k : o.restarts)
-      if (k < 1) detail::fail(where, "Gram NS restart steps must be >= 1 (got ", k, ")");
-  }
-  /// Keys ns_variant and gram_aspect, then the schedule's (ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol).
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key == "ns_variant") {
-      if (value == "auto") o.variant = NsVariant::Auto;
-      else if (value == "plain") o.variant = NsVariant::Plain;
-      else if (value == "gram") o.variant = NsVariant::Gram;
-      else detail::fail("matopt options", "option 'ns_variant': '", value, "' is not one of auto, plain, gram");
-      return true;
-    }
-    if (key == "gram_aspect") {
-      o.gram_aspect = detail::parse_double(key, value);
-      return true;
-    }
-    if (key == "ns_dtype") {
-      if (value == "float32") o.dtype = NsDtype::Float32;
-      else if (value == "bfloat16") o.dtype = NsDtype::BFloat16;
-      else detail::fail("matopt options", "option 'ns_dtype': '", value, "' is not one of float32, bfloat16");
-      return true;
-    }
-    return detail::set_schedule_option(o.schedule, key, value);
-  }
-  /// "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect, ns_dtype".
-  static constexpr const char* option_keys() {
-    return "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol, ns_variant, gram_aspect, ns_dtype";
+  /// The options (core/options.hpp): the schedule's (ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol), ns_variant,
+  /// gram_aspect and ns_dtype; the schedule's coefficients, the Gram restarts, and bfloat16 only in a build with
+  /// oneDNN on a CPU it has a bfloat16 matmul for.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    detail::describe_schedule(o.schedule, d);
+    d("ns_variant", o.variant, checks::one_of(ns_variant_names), "plain or Gram Newton-Schulz (auto: Gram when "
+      "s >= gram_aspect r)");
+    d("gram_aspect", o.gram_aspect, checks::AtLeast{1}, "the aspect ratio at which auto takes the Gram form");
+    d("ns_dtype", o.dtype, checks::one_of(ns_dtype_names), "the precision of the Newton-Schulz products");
+    d.rule([&o](std::string_view where) {
+      if (o.dtype == NsDtype::BFloat16) detail::check_bf16_products(where);
+      for (int k : o.restarts)
+        if (k < 1) detail::fail(where, "Gram NS restart steps must be >= 1 (got ", k, ")");
+    });
   }
 
   /// Sizes the workspace for r x s inputs (r <= s) under these options.

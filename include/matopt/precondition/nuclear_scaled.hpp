@@ -40,14 +40,11 @@ struct NuclearScaled {
   static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
     Inner::reserve(ws, o, m, n);
   }
-  /// Inner's validate().
-  static void validate(const Options& o, std::string_view where) { Inner::validate(o, where); }
-  /// Inner's set_option().
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return Inner::set_option(o, key, value);
+  /// Inner's options.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    Inner::describe(o, d);
   }
-  /// Inner's keys.
-  static std::string option_keys() { return Inner::option_keys(); }
 
   /// Calls sink(nu D) with D = Inner(U). U is read again after Inner: it must be the momentum's expression
   /// (Optimizer's), not a buffer Inner overwrites.

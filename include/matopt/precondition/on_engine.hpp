@@ -5,8 +5,7 @@
 /// engine.
 // A preconditioner that transforms U in place with the engine operations of the Newton–Schulz algorithm
 // (precondition/detail/ns_algorithm.hpp: norm, scale, empty, syrk_lower, gemm, mirror_lower, copy_lower,
-// add_diagonal, copy) is written once, as a struct with the common policy members (Options, name, cost, validate,
-// set_option, option_keys) and
+// add_diagonal, copy) is written once, as a struct with the common policy members (Options, name, cost, describe) and
 //   template <class Engine, class M> static void run(Engine& e, M& u, const Options& o, Index m, Index n);
 // and composed as OnEngine<Policy>. On the host, OnEngine copies U into its workspace in W's storage order and runs
 // the policy with detail::HostEngine on an Eigen map; DeviceOptimizer runs the same function with its engine
@@ -48,14 +47,11 @@ struct OnEngine {
   static void reserve(Workspace<T>& ws, const Options&, Index m, Index n) {
     ws.u.reserve(m * n);
   }
-  /// The policy's validation.
-  static void validate(const Options& o, std::string_view where) { Policy::validate(o, where); }
-  /// The policy's keys.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return Policy::set_option(o, key, value);
+  /// The policy's options.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    Policy::describe(o, d);
   }
-  /// The policy's keys.
-  static constexpr const char* option_keys() { return Policy::option_keys(); }
 
   /// Calls sink(D): U copied into the workspace and transformed there by Policy::run on the host engine.
   template <class T, class UExpr, class Sink>

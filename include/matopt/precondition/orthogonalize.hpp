@@ -52,19 +52,11 @@ struct Orthogonalize {
       });
   }
 
-  /// Validates the method's options and the row blocks.
-  static void validate(const Options& o, std::string_view where) {
-    Method::validate(o, where);
-    o.RowBlocks::validate(where);
-  }
-  /// Row-block keys first, then the method's.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return o.RowBlocks::set_option(key, value) || Method::set_option(o, key, value);
-  }
-  /// The method's keys, then "heads, split_sizes, split_groups".
-  static std::string option_keys() {
-    const std::string method = Method::option_keys();
-    return method.empty() ? std::string(RowBlocks::option_keys()) : method + ", " + RowBlocks::option_keys();
+  /// The method's options, then the row blocks' (core/options.hpp).
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    Method::describe(o, d);
+    RowBlocks::describe(o, d);
   }
 
   /// Calls sink(D) with D the m x n orthogonalized direction of the expression U.

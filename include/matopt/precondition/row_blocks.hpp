@@ -22,7 +22,7 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/errors.hpp"
-#include "matopt/core/detail/parse.hpp"
+#include "matopt/core/options.hpp"
 
 namespace matopt {
 
@@ -72,17 +72,19 @@ struct RowBlocks {
   /// Rows of the first block (the shape effective_lr reports).
   Index first_rows(Index m) const { return !split_sizes.empty() ? split_sizes.front() * split_groups : m / heads; }
 
-  /// Throws std::invalid_argument for heads < 1, both heads and split_sizes, a split size < 1, split_groups < 1, or
-  /// split_groups without split_sizes.
-  void validate(std::string_view where) const {
-    if (heads < 1) detail::fail(where, "heads must be >= 1 (got ", heads, ")");
-    if (heads > 1 && !split_sizes.empty())
-      detail::fail(where, "heads (", heads, ") and split_sizes are exclusive: give one of them");
-    for (Index r : split_sizes)
-      if (r < 1) detail::fail(where, "split_sizes must be >= 1 (got ", r, ")");
-    if (split_groups < 1) detail::fail(where, "split_groups must be >= 1 (got ", split_groups, ")");
-    if (split_groups > 1 && split_sizes.empty())
-      detail::fail(where, "split_groups (", split_groups, ") needs split_sizes (the rows of one group's blocks)");
+  /// The options (core/options.hpp): heads, split_sizes, split_groups; heads and split_sizes exclusive,
+  /// split_groups only with split_sizes.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("heads", o.heads, checks::AtLeast{1}, "H equal blocks of rows, each orthogonalized alone (per-head)");
+    d("split_sizes", o.split_sizes, SplitSizes{}, "contiguous blocks of these heights (split QKV)");
+    d("split_groups", o.split_groups, checks::AtLeast{1}, "G interleaved groups of split_sizes (Megatron's QKV)");
+    d.rule([&o](std::string_view where) {
+      if (o.heads > 1 && !o.split_sizes.empty())
+        detail::fail(where, "heads (", o.heads, ") and split_sizes are exclusive: give one of them");
+      if (o.split_groups > 1 && o.split_sizes.empty())
+        detail::fail(where, "split_groups (", o.split_groups, ") needs split_sizes (the rows of one group's blocks)");
+    });
   }
   /// A matrix of m rows must split as asked (checked before a step writes anything).
   void check(Index m, Index n, std::string_view where) const {
@@ -98,29 +100,15 @@ struct RowBlocks {
     detail::fail(where, "heads = ", heads, " does not divide the rows of W (", detail::shape_string(m, n), ")");
   }
 
-  /// Keys heads, split_sizes (comma-separated, as "512,128,128"; "" clears) and split_groups; false for others.
-  bool set_option(std::string_view key, std::string_view value) {
-    if (key == "heads") {
-      heads = detail::parse_int(key, value);
-    } else if (key == "split_groups") {
-      split_groups = detail::parse_int(key, value);
-    } else if (key == "split_sizes") {  // "512,128,128"; "" clears
-      split_sizes.clear();
-      std::string_view rest = value;
-      while (!rest.empty()) {
-        const std::size_t comma = rest.find(',');
-        split_sizes.push_back(detail::parse_int(key, rest.substr(0, comma)));
-        rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-      }
-    } else {
-      return false;
-    }
-    return true;
-  }
-  /// "heads, split_sizes, split_groups".
-  static constexpr const char* option_keys() { return "heads, split_sizes, split_groups"; }
-
  private:
+  /// split_sizes: comma-separated integers, each >= 1 ("" clears).
+  struct SplitSizes {
+    void operator()(std::string_view where, std::string_view, const std::vector<Index>& sizes) const {
+      for (Index r : sizes)
+        if (r < 1) detail::fail(where, "split_sizes must be >= 1 (got ", r, ")");
+    }
+    static std::string text() { return "comma-separated integers >= 1"; }
+  };
   Index group_rows() const {
     Index total = 0;
     for (Index r : split_sizes) total += r;

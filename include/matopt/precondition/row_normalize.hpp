@@ -56,18 +56,11 @@ struct NormalizeLines {
     ws.scale.reserve(lines);
     ws.partial.reserve(lines * detail::across_blocks(length));
   }
-  /// Throws std::invalid_argument unless norm_eps is finite and > 0.
-  static void validate(const Options& o, std::string_view where) {
-    detail::require_positive(where, "norm_eps", o.eps);
+  /// The option (core/options.hpp): norm_eps.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("norm_eps", o.eps, checks::Positive{}, "epsilon in max(||u||, epsilon) of row / column normalization");
   }
-  /// Key norm_eps.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key != "norm_eps") return false;
-    o.eps = detail::parse_double(key, value);
-    return true;
-  }
-  /// "norm_eps".
-  static constexpr const char* option_keys() { return "norm_eps"; }
 
   /// Calls sink(D), the lines of U normalized.
   template <class T, class UExpr, class Sink>

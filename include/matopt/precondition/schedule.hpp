@@ -5,11 +5,14 @@
 // Newton–Schulz coefficient schedules (docs/math.md#coefficient-schedules) and their scalar response.
 // Each step maps every singular value s of the normalized X through p_k(s) = a_k s + b_k s^3 + c_k s^5.
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "matopt/core/detail/errors.hpp"
+#include "matopt/core/options.hpp"
 
 namespace matopt {
 
@@ -141,6 +144,8 @@ struct QuinticFixedPoint {
   static NsSchedule schedule() { return {{{15.0 / 8, -10.0 / 8, 3.0 / 8}}, 5, 1.0, 1e-7}; }
 };
 
+/// The names by_name knows.
+inline constexpr const char* names = "jordan, you, polar_express, cubic, quintic, turbo";
 /// The schedule of a name: "jordan", "you", "polar_express", "cubic", "quintic", "turbo".
 inline NsSchedule by_name(std::string_view name) {
   if (name == Jordan::name) return Jordan::schedule();
@@ -149,35 +154,46 @@ inline NsSchedule by_name(std::string_view name) {
   if (name == Cubic::name) return Cubic::schedule();
   if (name == QuinticFixedPoint::name) return QuinticFixedPoint::schedule();
   if (name == Turbo::name) return Turbo::schedule();
-  detail::fail("matopt::schedules::by_name", "unknown NS schedule '", name,
-               "' (known: jordan, you, polar_express, cubic, quintic, turbo)");
+  detail::fail("matopt::schedules::by_name", "unknown NS schedule '", name, "' (known: ", names, ")");
 }
 
 }  // namespace schedules
 }  // namespace matopt
 
-#include "matopt/core/detail/parse.hpp"
-
 namespace matopt::detail {
 
-/// Run-time keys of a Newton–Schulz schedule: ns_schedule (a name of schedules::by_name; applied first by
-/// the facade), ns_steps, ns_safety, ns_eps, ns_aol. Returns false for other keys.
-inline bool set_schedule_option(NsSchedule& s, std::string_view key, std::string_view value) {
-  if (key == "ns_schedule") {
-    s = schedules::by_name(value);
-  } else if (key == "ns_steps") {
-    s.steps = parse_int(key, value);
-  } else if (key == "ns_safety") {
-    s.safety = parse_double(key, value);
-  } else if (key == "ns_eps") {
-    s.eps = parse_double(key, value);
-  } else if (key == "ns_aol") {
-    s.aol = parse_bool(key, value);
-  } else {
-    return false;
+/// ns_schedule: a name of schedules::by_name, which replaces the whole schedule (the facade applies it first).
+struct ScheduleName : checks::Any {
+  static std::string text() { return schedules::names; }
+  static void parse(std::string_view, std::string_view value, NsSchedule& s) { s = schedules::by_name(value); }
+  /// The name of the published schedule s is, or "" (a schedule of one's own, or one changed by other keys).
+  static std::string name(const NsSchedule& s) {
+    const std::string_view all = schedules::names;
+    for (std::size_t at = 0; at < all.size();) {
+      const std::size_t end = std::min(all.find(", ", at), all.size());
+      const NsSchedule p = schedules::by_name(all.substr(at, end - at));
+      bool same = p.steps == s.steps && p.safety == s.safety && p.eps == s.eps && p.aol == s.aol &&
+                  p.coefficients.size() == s.coefficients.size();
+      for (std::size_t i = 0; same && i < p.coefficients.size(); ++i)
+        same = p.coefficients[i].a == s.coefficients[i].a && p.coefficients[i].b == s.coefficients[i].b &&
+               p.coefficients[i].c == s.coefficients[i].c;
+      if (same) return std::string(all.substr(at, end - at));
+      at = end + 2;
+    }
+    return "";
   }
-  return true;
+};
+
+/// The options of a Newton-Schulz schedule (core/options.hpp): ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol,
+/// then the schedule's own checks (its coefficients).
+template <class S, class D>
+void describe_schedule(S& s, D& d) {
+  d("ns_schedule", s, ScheduleName{}, "the Newton-Schulz schedule by name; replaces the whole schedule");
+  d("ns_steps", s.steps, checks::AtLeast{1}, "K, the Newton-Schulz steps");
+  d("ns_safety", s.safety, checks::Positive{}, "kappa in X / (kappa ||X||_F + epsilon)");
+  d("ns_eps", s.eps, checks::NonNegative{}, "epsilon of the normalization (of the row sums under AOL)");
+  d("ns_aol", s.aol, checks::Any{}, "AOL row scaling in place of the Frobenius normalization (Turbo-Muon)");
+  d.rule([&s](std::string_view where) { s.validate(where); });
 }
-inline constexpr const char* schedule_option_keys = "ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol";
 
 }  // namespace matopt::detail

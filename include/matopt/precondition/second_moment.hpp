@@ -46,17 +46,11 @@ struct MomentOptions {
   /// Added to sqrt(S), > 0 (default 1e-8; NorMuon's 1e-10; key moment_eps).
   double eps = 1e-8;
 
-  /// Throws std::invalid_argument unless beta2 is in [0, 1) and eps is finite and > 0.
-  void validate(std::string_view where) const {
-    detail::require_unit_interval(where, "beta2", beta2);
-    detail::require_positive(where, "moment_eps", eps);
-  }
-  /// Keys beta2 and moment_eps; false for others.
-  bool set_option(std::string_view key, std::string_view value) {
-    if (key == "beta2") beta2 = detail::parse_double(key, value);
-    else if (key == "moment_eps") eps = detail::parse_double(key, value);
-    else return false;
-    return true;
+  /// The options (core/options.hpp): beta2, moment_eps.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("beta2", o.beta2, checks::UnitInterval{}, "beta2 of the second moment");
+    d("moment_eps", o.eps, checks::Positive{}, "epsilon added to sqrt(S) and to the rescale's norm");
   }
 };
 
@@ -76,18 +70,14 @@ struct NorMuon {
     Options() { eps = 1e-10; }  // the reference's eps (dion: 1e-8)
     Axis axis = Axis::Rows;     ///< Rows: the reference; Longer: modded-nanogpt / NVIDIA's rule
   };
-  /// Throws std::invalid_argument for a bad beta2 or eps.
-  static void validate(const Options& o, std::string_view where) { o.validate(where); }
-  /// Keys beta2, moment_eps and normuon_axis.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key != "normuon_axis") return o.set_option(key, value);
-    if (value == "rows") o.axis = Axis::Rows;
-    else if (value == "longer") o.axis = Axis::Longer;
-    else detail::fail("matopt options", "option 'normuon_axis': '", value, "' is not an axis (rows, longer)");
-    return true;
+  /// The moment's options (core/options.hpp) and normuon_axis.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    MomentOptions::describe(o, d);
+    d("normuon_axis", o.axis, checks::one_of(axis_names, "an axis"), "per row, or per row/column of the longer side");
   }
-  /// "beta2, moment_eps, normuon_axis".
-  static constexpr const char* option_keys() { return "beta2, moment_eps, normuon_axis"; }
+  /// The option values of the axes.
+  static constexpr std::pair<const char*, Axis> axis_names[] = {{"rows", Axis::Rows}, {"longer", Axis::Longer}};
   /// S: one entry per row, or per column under Axis::Longer on a wide matrix (max(m, n) held).
   static Index state_size(Index m, Index n) { return std::max(m, n); }
   /// Factors per line: max(m, n).
@@ -139,19 +129,12 @@ struct AdaMuon {
   struct Options : MomentOptions {
     double rms = 0.2;  ///< RMS of D' (AdaMuon's alignment to AdamW's update RMS)
   };
-  /// Throws std::invalid_argument for a bad beta2 or eps, or rms <= 0.
-  static void validate(const Options& o, std::string_view where) {
-    o.validate(where);
-    detail::require_positive(where, "rms_target", o.rms);
+  /// The moment's options (core/options.hpp) and rms_target.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    MomentOptions::describe(o, d);
+    d("rms_target", o.rms, checks::Positive{}, "AdaMuon's RMS of the direction");
   }
-  /// Keys beta2, moment_eps and rms_target.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key != "rms_target") return o.set_option(key, value);
-    o.rms = detail::parse_double(key, value);
-    return true;
-  }
-  /// "beta2, moment_eps, rms_target".
-  static constexpr const char* option_keys() { return "beta2, moment_eps, rms_target"; }
   /// S has an entry per element of W: m n.
   static Index state_size(Index m, Index n) { return m * n; }
   /// No scratch: 0.
@@ -184,12 +167,11 @@ struct Namo {
   static constexpr bool sign_input = false;
   /// beta2 and eps.
   using Options = MomentOptions;
-  /// Throws std::invalid_argument for a bad beta2 or eps.
-  static void validate(const Options& o, std::string_view where) { o.validate(where); }
-  /// Keys beta2 and moment_eps.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) { return o.set_option(key, value); }
-  /// "beta2, moment_eps".
-  static constexpr const char* option_keys() { return "beta2, moment_eps"; }
+  /// The moment's options (core/options.hpp).
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    MomentOptions::describe(o, d);
+  }
   /// One scalar: 1.
   static Index state_size(Index, Index) { return 1; }
   /// No scratch: 0.
@@ -298,21 +280,11 @@ struct SecondMoment {
       if (o.blocked() && o.fits(m))
         o.for_each(m, [&](const RowSet& b) { ws.factors.reserve(Moment::workspace_size(b.size(), n)); });
   }
-  /// Validates Inner's and the moment's options.
-  static void validate(const Options& o, std::string_view where) {
-    Inner::validate(o, where);
-    Moment::validate(o.moment, where);
-  }
-  /// The moment's keys first, then Inner's.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return Moment::set_option(o.moment, key, value) || Inner::set_option(o, key, value);
-  }
-  /// The moment's keys, then Inner's.
-  static std::string option_keys() {
-    std::string keys = Moment::option_keys();
-    const std::string inner = Inner::option_keys();
-    if (!inner.empty()) (keys += ", ") += inner;
-    return keys;
+  /// The moment's options, then Inner's (core/options.hpp).
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    Moment::describe(o.moment, d);
+    Inner::describe(o, d);
   }
 
   /// Calls sink(D') for the direction U of gradient G.

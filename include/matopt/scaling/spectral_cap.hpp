@@ -98,29 +98,14 @@ struct SpectralCap {
     detail::init_policy_state<Inner>(s.inner, m, n);
   }
 
-  /// Throws std::invalid_argument for threshold < 0, power_iterations or initial_iterations < 1, or a bad inner
-  /// option.
-  static void validate(const Options& o, std::string_view where) {
-    detail::require_nonnegative(where, "cap_threshold", o.threshold);
-    if (o.power_iterations < 1)
-      detail::fail(where, "cap_power_iterations must be >= 1 (got ", o.power_iterations, ")");
-    if (o.initial_iterations < 1)
-      detail::fail(where, "cap_initial_iterations must be >= 1 (got ", o.initial_iterations, ")");
-    Inner::validate(o.inner, where);
-  }
-  /// Keys cap_threshold, cap_power_iterations and cap_initial_iterations, then the wrapped policy's.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key == "cap_threshold") o.threshold = detail::parse_double(key, value);
-    else if (key == "cap_power_iterations") o.power_iterations = detail::parse_int(key, value);
-    else if (key == "cap_initial_iterations") o.initial_iterations = detail::parse_int(key, value);
-    else return Inner::set_option(o.inner, key, value);
-    return true;
-  }
-  /// The cap's keys, then the wrapped policy's.
-  static std::string option_keys() {
-    std::string keys = "cap_threshold, cap_power_iterations, cap_initial_iterations";
-    if (std::string_view(Inner::option_keys()).size() != 0) (keys += ", ") += Inner::option_keys();
-    return keys;
+  /// The cap's options (core/options.hpp), then the wrapped policy's.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("cap_threshold", o.threshold, checks::NonNegative{}, "cap only while sigma1 >= it (0: always)");
+    d("cap_power_iterations", o.power_iterations, checks::AtLeast{1}, "power iterations per step");
+    d("cap_initial_iterations", o.initial_iterations, checks::AtLeast{1},
+      "power iterations at a parameter's first step");
+    Inner::describe(o.inner, d);
   }
 
   /// The wrapped policy's effective lr.

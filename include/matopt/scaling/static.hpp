@@ -39,19 +39,15 @@ struct Static {
     void fields(F&&) {}
   };
 
-  /// Throws std::invalid_argument for bad step rules, or a shape::Function without a function.
-  static void validate(const Options& o, std::string_view where) {
-    o.validate(where);
-    if constexpr (std::is_same_v<Rule, shape::Function>) {
-      if (!o.rule.rule) detail::fail(where, "scaling.rule: shape::Function has no function set");
-    }
+  /// The step rules' options (core/options.hpp); a shape::Function must have a function.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    StepRules::describe(o, d);
+    if constexpr (std::is_same_v<Rule, shape::Function>)
+      d.rule([&o](std::string_view where) {
+        if (!o.rule.rule) detail::fail(where, "scaling.rule: shape::Function has no function set");
+      });
   }
-  /// The StepRules keys.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return o.set_option(key, value);
-  }
-  /// "lr_rule, extra_scale_factor, weight_decay_method, cautious_weight_decay".
-  static constexpr const char* option_keys() { return StepRules::option_keys(); }
 
   /// s(m, n) for an m x n parameter.
   static double factor(const Options& o, Index m, Index n) { return o.factor(o.rule, m, n); }

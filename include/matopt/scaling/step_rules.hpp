@@ -27,10 +27,12 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parse.hpp"
+#include "matopt/core/options.hpp"
 
 namespace matopt {
 
@@ -42,24 +44,30 @@ enum class LrRule { Preset, Unit, MuonOriginal, SqrtMax, SqrtRatio };
 /// default); `Cautious` decays only where D . W >= 0 (arXiv 2510.12402); `Independent` W <- W (1 - lambda) - lr s D.
 enum class WeightDecay { Decoupled, Cautious, Independent };
 
+/// The option values of the lr rules.
+inline constexpr std::pair<const char*, LrRule> lr_rule_names[] = {{"preset", LrRule::Preset},
+                                                                   {"unit", LrRule::Unit},
+                                                                   {"muon_original", LrRule::MuonOriginal},
+                                                                   {"sqrt_max", LrRule::SqrtMax},
+                                                                   {"sqrt_ratio", LrRule::SqrtRatio}};
+/// The option values of the decay forms.
+inline constexpr std::pair<const char*, WeightDecay> weight_decay_names[] = {
+    {"decoupled", WeightDecay::Decoupled}, {"cautious", WeightDecay::Cautious}, {"independent", WeightDecay::Independent}};
 /// The option value of an lr rule: "preset", "unit", "muon_original", "sqrt_max" or "sqrt_ratio".
-inline const char* lr_rule_name(LrRule r) {
-  switch (r) {
-    case LrRule::Unit: return "unit";
-    case LrRule::MuonOriginal: return "muon_original";
-    case LrRule::SqrtMax: return "sqrt_max";
-    case LrRule::SqrtRatio: return "sqrt_ratio";
-    default: return "preset";
-  }
-}
+inline const char* lr_rule_name(LrRule r) { return checks::one_of(lr_rule_names).name(r); }
 /// The option value of a decay form: "decoupled", "cautious" or "independent".
-inline const char* weight_decay_name(WeightDecay w) {
-  switch (w) {
-    case WeightDecay::Cautious: return "cautious";
-    case WeightDecay::Independent: return "independent";
-    default: return "decoupled";
+inline const char* weight_decay_name(WeightDecay w) { return checks::one_of(weight_decay_names).name(w); }
+
+namespace detail {
+/// cautious_weight_decay: a boolean that sets the decay form (true: cautious, false: decoupled).
+struct CautiousFlag : checks::Any {
+  static std::string text() { return "boolean"; }
+  static void parse(std::string_view key, std::string_view value, WeightDecay& w) {
+    w = parse_bool(key, value) ? WeightDecay::Cautious : WeightDecay::Decoupled;
   }
-}
+  static const char* name(WeightDecay w) { return w == WeightDecay::Cautious ? "true" : "false"; }
+};
+}  // namespace detail
 
 /// The options shared by Static and TrustRatio (their Options derive from it).
 struct StepRules {
@@ -92,40 +100,14 @@ struct StepRules {
   /// Whether the decay is cautious.
   bool cautious() const { return weight_decay_method == WeightDecay::Cautious; }
 
-  /// Throws std::invalid_argument unless extra_scale_factor is finite and > 0.
-  void validate(std::string_view where) const {
-    detail::require_positive(where, "extra_scale_factor", extra_scale_factor);
-  }
-  /// Keys lr_rule, extra_scale_factor, weight_decay_method and cautious_weight_decay (a boolean); false for others.
-  bool set_option(std::string_view key, std::string_view value) {
-    if (key == "lr_rule") {
-      if (value == "preset") lr_rule = LrRule::Preset;
-      else if (value == "unit") lr_rule = LrRule::Unit;
-      else if (value == "muon_original") lr_rule = LrRule::MuonOriginal;
-      else if (value == "sqrt_max") lr_rule = LrRule::SqrtMax;
-      else if (value == "sqrt_ratio") lr_rule = LrRule::SqrtRatio;
-      else
-        detail::fail("matopt options", "option 'lr_rule': '", value,
-                     "' is not an lr rule (preset, unit, muon_original, sqrt_max, sqrt_ratio)");
-    } else if (key == "extra_scale_factor") {
-      extra_scale_factor = detail::parse_double(key, value);
-    } else if (key == "weight_decay_method") {
-      if (value == "decoupled") weight_decay_method = WeightDecay::Decoupled;
-      else if (value == "cautious") weight_decay_method = WeightDecay::Cautious;
-      else if (value == "independent") weight_decay_method = WeightDecay::Independent;
-      else
-        detail::fail("matopt options", "option 'weight_decay_method': '", value,
-                     "' is not a weight-decay form (decoupled, cautious, independent)");
-    } else if (key == "cautious_weight_decay") {
-      weight_decay_method = detail::parse_bool(key, value) ? WeightDecay::Cautious : WeightDecay::Decoupled;
-    } else {
-      return false;
-    }
-    return true;
-  }
-  /// "lr_rule, extra_scale_factor, weight_decay_method, cautious_weight_decay".
-  static constexpr const char* option_keys() {
-    return "lr_rule, extra_scale_factor, weight_decay_method, cautious_weight_decay";
+  /// The options (core/options.hpp): lr_rule, extra_scale_factor, weight_decay_method, cautious_weight_decay.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("lr_rule", o.lr_rule, checks::one_of(lr_rule_names, "an lr rule"), "s(m, n) in place of the preset's shape rule");
+    d("extra_scale_factor", o.extra_scale_factor, checks::Positive{}, "multiplies s(m, n) under every rule");
+    d("weight_decay_method", o.weight_decay_method, checks::one_of(weight_decay_names, "a weight-decay form"),
+      "the weight-decay form");
+    d("cautious_weight_decay", o.weight_decay_method, detail::CautiousFlag{}, "true sets cautious, false decoupled");
   }
 };
 

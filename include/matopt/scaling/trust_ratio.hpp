@@ -43,25 +43,18 @@ struct OrScale {
     double eps = 1e-6;
     bool calibrate = false;  ///< OrScale-LM: set c at the first step so that r0 = 1
   };
-  /// Throws std::invalid_argument unless 0 < clip_min <= clip_max and eps > 0.
-  static void validate(const Options& o, std::string_view where) {
-    detail::require_positive(where, "clip_min", o.clip_min);
-    detail::require_positive(where, "clip_max", o.clip_max);
-    if (o.clip_min > o.clip_max)
-      detail::fail(where, "clip_min must be <= clip_max (got [", o.clip_min, ", ", o.clip_max, "])");
-    detail::require_positive(where, "trust_eps", o.eps);
+  /// The options (core/options.hpp): clip_min, clip_max, trust_eps, calibrate.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("clip_min", o.clip_min, checks::Positive{}, "lower clip of OrScale's trust ratio");
+    d("clip_max", o.clip_max, checks::Positive{}, "upper clip of OrScale's trust ratio, >= clip_min");
+    d("trust_eps", o.eps, checks::Positive{}, "epsilon of OrScale's trust ratio");
+    d("calibrate", o.calibrate, checks::Any{}, "calibrate c at the first step so that r0 = 1 (OrScale-LM)");
+    d.rule([&o](std::string_view where) {
+      if (o.clip_min > o.clip_max)
+        detail::fail(where, "clip_min must be <= clip_max (got [", o.clip_min, ", ", o.clip_max, "])");
+    });
   }
-  /// Keys clip_min, clip_max, trust_eps and calibrate.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key == "clip_min") o.clip_min = detail::parse_double(key, value);
-    else if (key == "clip_max") o.clip_max = detail::parse_double(key, value);
-    else if (key == "trust_eps") o.eps = detail::parse_double(key, value);
-    else if (key == "calibrate") o.calibrate = detail::parse_bool(key, value);
-    else return false;
-    return true;
-  }
-  /// "clip_min, clip_max, trust_eps, calibrate".
-  static constexpr const char* option_keys() { return "clip_min, clip_max, trust_eps, calibrate"; }
 };
 
 /// LARS's ratio (arXiv 1708.03888): r = eta ||W|| / (||G|| + lambda ||W||), and r = 1 when ||W|| or ||G|| is 0.
@@ -73,18 +66,11 @@ struct Lars {
     /// eta, > 0 (default 0.001; key trust_coefficient).
     double trust_coefficient = 0.001;
   };
-  /// Throws std::invalid_argument unless trust_coefficient is finite and > 0.
-  static void validate(const Options& o, std::string_view where) {
-    detail::require_positive(where, "trust_coefficient", o.trust_coefficient);
+  /// The option (core/options.hpp): trust_coefficient.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("trust_coefficient", o.trust_coefficient, checks::Positive{}, "eta of the LARS ratio");
   }
-  /// Key trust_coefficient.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    if (key != "trust_coefficient") return false;
-    o.trust_coefficient = detail::parse_double(key, value);
-    return true;
-  }
-  /// "trust_coefficient".
-  static constexpr const char* option_keys() { return "trust_coefficient"; }
 };
 
 }  // namespace trust
@@ -126,21 +112,18 @@ struct TrustRatio {
     }
   };
 
-  /// Throws std::invalid_argument for a bad ratio option or step rule, or a decay form other than decoupled.
-  static void validate(const Options& o, std::string_view where) {
-    Ratio::validate(o, where);
-    o.StepRules::validate(where);
-    if (o.weight_decay_method != WeightDecay::Decoupled)
-      detail::fail(where, "weight_decay_method = ", weight_decay_name(o.weight_decay_method),
-                   ": TrustRatio couples the decay into D' = lambda W + s Q, which the trust ratio measures and the "
-                   "step multiplies by lr r (OrScale, arXiv 2605.07815); only the default form applies");
+  /// The ratio's options, then the step rules' (core/options.hpp); only the decoupled decay form.
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    Ratio::describe(o, d);
+    StepRules::describe(o, d);
+    d.rule([&o](std::string_view where) {
+      if (o.weight_decay_method != WeightDecay::Decoupled)
+        detail::fail(where, "weight_decay_method = ", weight_decay_name(o.weight_decay_method),
+                     ": TrustRatio couples the decay into D' = lambda W + s Q, which the trust ratio measures and the "
+                     "step multiplies by lr r (OrScale, arXiv 2605.07815); only the default form applies");
+    });
   }
-  /// The ratio's keys, then the StepRules keys.
-  static bool set_option(Options& o, std::string_view key, std::string_view value) {
-    return Ratio::set_option(o, key, value) || o.StepRules::set_option(key, value);
-  }
-  /// The ratio's keys, then the StepRules keys.
-  static std::string option_keys() { return std::string(Ratio::option_keys()) + ", " + StepRules::option_keys(); }
 
   /// s(m, n) under these options.
   static double factor(const Options& o, Index m, Index n) { return o.factor(o.rule, m, n); }

@@ -32,26 +32,26 @@ template <class... Parts>
 
 /// Hyperparameter checks shared by every optimizer; each names the parameter and the value.
 template <class T>
-void require_positive(std::string_view where, const char* name, T value) {
+void require_positive(std::string_view where, std::string_view name, T value) {
   if (!(std::isfinite(static_cast<double>(value)) && value > T(0)))
     fail(where, name, " must be finite and > 0 (got ", value, ")");
 }
 
 template <class T>
-void require_nonnegative(std::string_view where, const char* name, T value) {
+void require_nonnegative(std::string_view where, std::string_view name, T value) {
   if (!(std::isfinite(static_cast<double>(value)) && value >= T(0)))
     fail(where, name, " must be finite and >= 0 (got ", value, ")");
 }
 
 /// A momentum-like coefficient: beta in [0, 1).
 template <class T>
-void require_unit_interval(std::string_view where, const char* name, T value) {
+void require_unit_interval(std::string_view where, std::string_view name, T value) {
   if (!(value >= T(0) && value < T(1)))
     fail(where, name, " must be in [0, 1) (got ", value, ")");
 }
 
 template <class T>
-void require_finite(std::string_view where, const char* name, T value) {
+void require_finite(std::string_view where, std::string_view name, T value) {
   if (!std::isfinite(static_cast<double>(value))) fail(where, name, " must be finite (got ", value, ")");
 }
 

@@ -17,6 +17,7 @@
 #include "matopt/config.hpp"
 #include "matopt/core/detail/config_check.hpp"
 #include "matopt/core/detail/parallel.hpp"
+#include "matopt/core/options.hpp"
 
 namespace matopt::detail {
 
@@ -163,20 +164,10 @@ inline constexpr bool has_name_v = false;
 template <class P>
 inline constexpr bool has_name_v<P, std::void_t<decltype(std::string(P::name()))>> = true;
 template <class P, class = void>
-inline constexpr bool has_option_keys_v = false;
+inline constexpr bool has_describe_v = false;
 template <class P>
-inline constexpr bool has_option_keys_v<P, std::void_t<decltype(std::string(P::option_keys()))>> = true;
-template <class P, class = void>
-inline constexpr bool has_validate_v = false;
-template <class P>
-inline constexpr bool has_validate_v<
-    P, std::void_t<decltype(P::validate(std::declval<const typename P::Options&>(), std::string_view()))>> = true;
-template <class P, class = void>
-inline constexpr bool has_set_option_v = false;
-template <class P>
-inline constexpr bool has_set_option_v<P, std::void_t<decltype(bool(P::set_option(
-                                              std::declval<typename P::Options&>(), std::string_view(),
-                                              std::string_view())))>> = true;
+inline constexpr bool has_describe_v<
+    P, std::void_t<decltype(P::describe(std::declval<typename P::Options&>(), std::declval<OptionSetter&>()))>> = true;
 template <class P, class T, class = void>
 inline constexpr bool has_workspace_v = false;
 template <class P, class T>
@@ -199,17 +190,10 @@ constexpr bool check_preconditioner() {
   static_assert(has_name_v<P>,
                 "matopt: a preconditioner declares `static constexpr const char* name()`, its name in messages and "
                 "checkpoints");
-  static_assert(has_option_keys_v<P>,
-                "matopt: a preconditioner declares `static constexpr const char* option_keys()`, the keys its "
-                "set_option takes, comma-separated (\"\" if none)");
-  if constexpr (has_options_type_v<P>) {
-    static_assert(has_validate_v<P>,
-                  "matopt: a preconditioner declares `static void validate(const Options&, std::string_view where)` "
-                  "(throw std::invalid_argument for a bad option; empty if none)");
-    static_assert(has_set_option_v<P>,
-                  "matopt: a preconditioner declares `static bool set_option(Options&, std::string_view key, "
-                  "std::string_view value)` (false for a key that is not its own)");
-  }
+  if constexpr (has_options_type_v<P>)
+    static_assert(has_describe_v<P>,
+                  "matopt: a preconditioner declares `template <class O, class D> static void describe(O& o, D& d)`, "
+                  "calling d(key, o.field, check, doc) for each option (core/options.hpp; empty if none)");
   static_assert(has_workspace_v<P, T>,
                 "matopt: a preconditioner declares `template <class T> struct Workspace` with `std::size_t bytes() "
                 "const`, its scratch (an empty struct returning 0 if none)");
@@ -217,7 +201,7 @@ constexpr bool check_preconditioner() {
     static_assert(has_reserve_v<P, T>,
                   "matopt: a preconditioner declares `template <class T> static void reserve(Workspace<T>&, const "
                   "Options&, Index m, Index n)`, which sizes its workspace for an m x n parameter");
-  return has_options_type_v<P> && has_name_v<P> && has_option_keys_v<P> && has_workspace_v<P, T>;
+  return has_options_type_v<P> && has_name_v<P> && has_describe_v<P> && has_workspace_v<P, T>;
 }
 
 /// Bytes a policy state holds: its bytes() if it has one, else its size unless empty.
