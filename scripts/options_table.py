@@ -96,7 +96,7 @@ def knowing(k):
 def names_text(values):
     """An enum's names in code font; numbers' and booleans' ranges as they are."""
     if values.split(" ")[0] in ("number", "integer", "boolean", "comma-separated"):
-        return values.replace(">=", "≥").replace("<=", "≤")
+        return values.replace(">=", "≥").replace("<=", "≤").replace(", or auto", ", or `auto`")
     return ", ".join(f"`{v}`" for v in values.split(", "))
 
 
@@ -115,7 +115,7 @@ def default_text(k):
     show = lambda v: f"`{v}`" if v else "empty"
     if isinstance(g, str):
         return show(g)
-    if len(g) > 3:
+    if len(g) > 4:
         return "the preset's"
     common = max(g, key=lambda v: len(g[v]))
     rest = "; ".join(f"{who(ls)} {show(v)}" for v, ls in g.items() if v != common)
@@ -123,16 +123,24 @@ def default_text(k):
 
 
 def merged(k, field, fmt):
+    """The text most optimizers that know k agree on, then the others' in parentheses."""
     g = grouped(k, field)
     if isinstance(g, str):
         return fmt(g)
-    return "; ".join(f"{who(ls)}: {fmt(v)}" for v, ls in g.items())
+    common = max(g, key=lambda v: len(g[v]))
+    rest = "; ".join(f"{who(ls)}: {fmt(v)}" for v, ls in g.items() if v != common)
+    return f"{fmt(common)} ({rest})"
+
+
+def cell(text):
+    """Text for a table cell: a '|' of the text (a norm's bars) would end the cell."""
+    return text.replace("|", "\\|")
 
 
 rows = []
 for k in all_keys:
     values = merged(k, 0, names_text)
-    meaning = merged(k, 2, lambda d: d)
+    meaning = merged(k, 2, cell)
     if k in NOTE:
         meaning += f" ({NOTE[k]})"
     rows.append(f"| `{k}` | {who([l for l in order if k in options_of[l] and (l in presets or not any(k in options_of[p] for p in presets))])} "

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Must not compile: a preconditioner missing members, so that the static_asserts' messages tell its author what to
-// add. CTest compiles it (-fsyntax-only) twice and expects each message:
+// add. CTest compiles it (-fsyntax-only) three times and expects each message:
 //   policy_checks.missing_cost     -DMATOPT_DROP_COST: no `cost`, wrapped in AnyOptimizer (distributed/plan.hpp);
 //   policy_checks.missing_members  -DMATOPT_DROP_MEMBERS: no `describe` (its options), in an Optimizer
-//                                  (core/detail/traits.hpp, check_preconditioner).
+//                                  (core/detail/traits.hpp, check_preconditioner);
+//   policy_checks.state_fields     -DMATOPT_STATE_WITHOUT_FIELDS: a State<T> without `fields`, in an Optimizer.
 #include <matopt/matopt.hpp>
 
 struct HalfIdentity {  // D = U / 2
@@ -18,6 +19,12 @@ struct HalfIdentity {  // D = U / 2
 #if !defined(MATOPT_DROP_MEMBERS)
   template <class O, class D>
   static void describe(O&, D&) {}
+#endif
+#if defined(MATOPT_STATE_WITHOUT_FIELDS)
+  template <class T>
+  struct State {
+    T scale = T(1);
+  };
 #endif
 #if !defined(MATOPT_DROP_COST)
   static double cost(matopt::Index m, matopt::Index n) { return matopt::elementwise_cost(m, n); }

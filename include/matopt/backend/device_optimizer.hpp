@@ -286,10 +286,11 @@ struct DevicePreconditioner<NormalizeLines<Columns>> {
   }
 };
 
-/// OnEngine<Policy>: the policy's own run on this engine, on U formed in the workspace (a policy written once).
-template <class Policy>
-struct DevicePreconditioner<OnEngine<Policy>> {
-  using Options = typename Policy::Options;
+/// A preconditioner that transforms U in place, formed in the workspace in W's storage order: Run::run(e, u, o, m, n)
+/// (OnEngine<Policy>: the policy's own run, written once for every engine; Identity; Sign).
+template <class O, class Run>
+struct InPlace {
+  using Options = O;
   template <class T>
   static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
     grow(ws.u, m * n);
@@ -298,40 +299,28 @@ struct DevicePreconditioner<OnEngine<Policy>> {
   static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
                           FormU&& form_u) {
     Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
-    Policy::run(e, u, o, m, n);
+    Run::run(e, u, o, m, n);
     return u;
   }
 };
-
-template <>
-struct DevicePreconditioner<Identity> {
-  using Options = Identity::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
-    grow(ws.u, m * n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine&, DeviceWorkspace<T>& ws, const Options&, Index m, Index n, Layout layout,
-                          FormU&& form_u) {
-    return form_in_workspace(ws, m, n, layout, form_u);
-  }
+/// D = U.
+struct IdentityRun {
+  template <class Engine, class M, class O>
+  static void run(Engine&, M&, const O&, Index, Index) {}
 };
-
-template <>
-struct DevicePreconditioner<Sign> {
-  using Options = Sign::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
-    grow(ws.u, m * n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options&, Index m, Index n, Layout layout,
-                          FormU&& form_u) {
-    const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
+/// D = sign(U).
+struct SignRun {
+  template <class Engine, class M, class O>
+  static void run(Engine& e, M& u, const O&, Index, Index) {
     e.sign(u);
-    return u;
   }
 };
+template <class Policy>
+struct DevicePreconditioner<OnEngine<Policy>> : InPlace<typename Policy::Options, Policy> {};
+template <>
+struct DevicePreconditioner<Identity> : InPlace<Identity::Options, IdentityRun> {};
+template <>
+struct DevicePreconditioner<Sign> : InPlace<Sign::Options, SignRun> {};
 
 /// Orthogonalize<ExactPolar>: the host's own SVD on a host copy of U. U is formed on the device in W's order,
 /// downloaded (m n elements), orthogonalized by the host Orthogonalize<ExactPolar> (BDCSVD; it allocates, as on

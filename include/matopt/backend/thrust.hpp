@@ -111,17 +111,6 @@ struct CopyOp {  // out = x
   }
 };
 template <class T>
-struct UpdateOp {  // w = keep w - step d
-  Strided<T> w;
-  Strided<const T> d;
-  T keep, step;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(w, k, i, j);
-    w(i, j) = keep * w(i, j) - step * d(i, j);
-  }
-};
-template <class T>
 struct CautiousUpdateOp {  // w = (w d >= 0 ? keep w : w) - step d (cautious weight decay, scaling/static.hpp)
   Strided<T> w;
   Strided<const T> d;
@@ -413,7 +402,7 @@ struct ThrustEngine {
   /// w = keep w - step d, element-wise.
   template <class T>
   void update(detail::Strided<T> w, T keep, T step, detail::Strided<const T> d) {
-    each(w.size(), detail::UpdateOp<T>{w, d, keep, step});
+    combine(w, keep, detail::Strided<const T>(w), -step, d);
   }
   /// x = s x.
   template <class T>

@@ -92,7 +92,8 @@ class ElementwiseOptimizer {
   static void describe(O& o, D& d) {
     d("lr", o.lr, checks::Positive{}, "the learning rate");
     Rule::describe(o, d);
-    d("weight_decay", o.weight_decay, checks::NonNegative{}, "lambda, the decoupled weight decay");
+    d("weight_decay", o.weight_decay, checks::NonNegative{},
+      "lambda, the weight decay (decoupled, except TrustRatio's coupled form)");
     d("non_finite", o.non_finite, non_finite_check, "what a gradient holding inf or NaN does");
   }
   /// Throws std::invalid_argument, prefixed by `where`, naming the first bad hyperparameter.

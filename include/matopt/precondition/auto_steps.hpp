@@ -115,7 +115,9 @@ struct AutoSteps {
   /// ns_steps: an integer in [1, max_plan_steps], or `auto` (this policy), which changes nothing.
   struct StepsOrAuto : checks::InRange {
     StepsOrAuto() : checks::InRange{1, max_plan_steps} {}
+    /// "in [1, 1000], or auto".
     std::string text() const { return checks::InRange::text() + ", or auto"; }
+    /// An integer, or `auto` (no change).
     static void parse(std::string_view key, std::string_view value, int& steps) {
       if (value != "auto") steps = detail::parse_int(key, value);
     }
@@ -150,7 +152,7 @@ struct AutoSteps {
   /// blocks and no AOL start (a plan is made for the whole, Frobenius-normalized matrix).
   template <class O, class D>
   static void describe(O& o, D& d) {
-    d("ns_steps", o.schedule.steps, StepsOrAuto{}, "K, the Newton-Schulz steps (auto: planned)");
+    d("ns_steps", o.schedule.steps, StepsOrAuto{}, "K, the Newton-Schulz steps");
     d("ns_plan_every", o.plan_every, checks::AtLeast{1}, "re-plan K every this many steps of a parameter");
     d("ns_plan_quantile", o.plan_quantile, checks::Fraction{}, "p of the tracked singular-value quantile");
     d("ns_plan_tau", o.plan_tau, checks::Positive{}, "the band the quantile's direction must reach");

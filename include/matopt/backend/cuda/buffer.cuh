@@ -15,16 +15,18 @@
 
 namespace matopt::cuda::detail {
 
-/// Device memory of at least bytes() bytes (256-byte aligned, cudaMalloc's guarantee).
-class DeviceBuffer {
+/// Owned memory of at least bytes() bytes: device memory (cudaMalloc, 256-byte aligned) or, with Pinned, page-locked
+/// host memory (cudaMallocHost: the target of the engine's one asynchronous device-to-host copy per reduction).
+/// Moved, never copied.
+template <bool Pinned>
+class Memory {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) { reserve(bytes); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  Memory() = default;
+  explicit Memory(std::size_t bytes) { reserve(bytes); }
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+  Memory(Memory&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  Memory& operator=(Memory&& o) noexcept {
     if (this != &o) {
       release();
       data_ = std::exchange(o.data_, nullptr);
@@ -32,7 +34,7 @@ class DeviceBuffer {
     }
     return *this;
   }
-  ~DeviceBuffer() { release(); }
+  ~Memory() { release(); }
 
   /// Grows to at least `bytes` (contents are not kept); never shrinks. The new buffer is allocated before the old
   /// one is freed, so a failed growth throws with the old buffer (and the scratch later steps rely on) intact; the
@@ -40,7 +42,8 @@ class DeviceBuffer {
   void reserve(std::size_t bytes) {
     if (bytes <= bytes_) return;
     void* grown = nullptr;
-    MATOPT_CUDA_CHECK(cudaMalloc(&grown, bytes));
+    if constexpr (Pinned) MATOPT_CUDA_CHECK(cudaMallocHost(&grown, bytes));
+    else MATOPT_CUDA_CHECK(cudaMalloc(&grown, bytes));
     release();
     data_ = grown;
     bytes_ = bytes;
@@ -52,51 +55,20 @@ class DeviceBuffer {
   }
 
  private:
-  void release() noexcept {
-    if (data_ != nullptr) cudaFree(data_);  // no throw from a destructor path; errors resurface later
-    data_ = nullptr;
-    bytes_ = 0;
-  }
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
-/// Page-locked host memory (the target of the engine's one asynchronous device-to-host copy per reduction).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  explicit PinnedBuffer(std::size_t bytes) {
-    MATOPT_CUDA_CHECK(cudaMallocHost(&data_, bytes));
-    bytes_ = bytes;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  PinnedBuffer(PinnedBuffer&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    if (this != &o) {
-      release();
-      data_ = std::exchange(o.data_, nullptr);
-      bytes_ = std::exchange(o.bytes_, 0);
+  void release() noexcept {  // no throw from a destructor path; errors resurface later
+    if (data_ != nullptr) {
+      if constexpr (Pinned) cudaFreeHost(data_);
+      else cudaFree(data_);
     }
-    return *this;
-  }
-  ~PinnedBuffer() { release(); }
-
-  std::size_t bytes() const { return bytes_; }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void release() noexcept {
-    if (data_ != nullptr) cudaFreeHost(data_);
     data_ = nullptr;
     bytes_ = 0;
   }
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
+/// Device memory.
+using DeviceBuffer = Memory<false>;
+/// Page-locked host memory.
+using PinnedBuffer = Memory<true>;
 
 }  // namespace matopt::cuda::detail

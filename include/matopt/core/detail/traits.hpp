@@ -181,6 +181,27 @@ inline constexpr bool has_reserve_v<
     std::void_t<decltype(P::reserve(std::declval<typename P::template Workspace<T>&>(),
                                     std::declval<const typename P::Options&>(), Index(), Index()))>> = true;
 
+/// What the optional opt-ins require: Options::eps (has_fused_step: the fused pass's norm floor), Options with row
+/// blocks (splits_rows: blocked(), for_each), a State listing its fields (checkpoints).
+template <class P, class = void>
+inline constexpr bool has_eps_option_v = false;
+template <class P>
+inline constexpr bool has_eps_option_v<P, std::void_t<decltype(std::declval<typename P::Options&>().eps)>> = true;
+template <class P, class = void>
+inline constexpr bool has_row_block_options_v = false;
+template <class P>
+inline constexpr bool has_row_block_options_v<
+    P, std::void_t<decltype(bool(std::declval<const typename P::Options&>().blocked())),
+                   decltype(std::declval<const typename P::Options&>().count())>> = true;
+struct FieldProbe {
+  template <class Name, class Field>
+  void operator()(Name&&, Field&&) const {}
+};
+template <class S, class = void>
+inline constexpr bool has_fields_v = false;
+template <class S>
+inline constexpr bool has_fields_v<S, std::void_t<decltype(std::declval<S&>().fields(FieldProbe{}))>> = true;
+
 /// Compile-time checks that a preconditioner P declares the members Optimizer<T, P, ...> calls, each with a
 /// message that says what to add (docs/extending.md#a-new-preconditioner). True when all are there.
 template <class P, class T>
@@ -201,6 +222,25 @@ constexpr bool check_preconditioner() {
     static_assert(has_reserve_v<P, T>,
                   "matopt: a preconditioner declares `template <class T> static void reserve(Workspace<T>&, const "
                   "Options&, Index m, Index n)`, which sizes its workspace for an m x n parameter");
+  // The opt-ins a preconditioner declares, and what each needs.
+  if constexpr (has_options_type_v<P>) {
+    if constexpr (has_fused_step_v<P>)
+      static_assert(has_eps_option_v<P>,
+                    "matopt: a preconditioner with `has_fused_step = true` declares `Options::eps`, the norm floor of "
+                    "its one-pass step (and `fused_step`, as NormalizeLines does)");
+    if constexpr (splits_rows_v<P>)
+      static_assert(has_row_block_options_v<P>,
+                    "matopt: a preconditioner with `splits_rows = true` has Options that derive from matopt::RowBlocks "
+                    "(heads, split_sizes, split_groups)");
+  }
+  if constexpr (reads_gradient_v<P>)
+    static_assert(has_policy_state_v<P, T>,
+                  "matopt: a preconditioner with `reads_gradient = true` declares `template <class T> struct State`: "
+                  "its apply takes U, G and the parameter's state");
+  if constexpr (has_policy_state_v<P, T>)
+    static_assert(has_fields_v<policy_state_t<P, T>>,
+                  "matopt: a preconditioner's `State<T>` lists its fields for checkpoints: `template <class F> void "
+                  "fields(F&& f)` calling f(name, field) for each");
   return has_options_type_v<P> && has_name_v<P> && has_describe_v<P> && has_workspace_v<P, T>;
 }
 
