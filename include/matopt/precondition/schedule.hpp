@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "matopt/core/detail/errors.hpp"
@@ -144,17 +145,22 @@ struct QuinticFixedPoint {
   static NsSchedule schedule() { return {{{15.0 / 8, -10.0 / 8, 3.0 / 8}}, 5, 1.0, 1e-7}; }
 };
 
-/// The names by_name knows.
-inline constexpr const char* names = "jordan, you, polar_express, cubic, quintic, turbo";
-/// The schedule of a name: "jordan", "you", "polar_express", "cubic", "quintic", "turbo".
+/// The published schedules by name: by_name, the facade's ns_schedule and its docs read this one table.
+inline constexpr std::pair<const char*, NsSchedule (*)()> table[] = {
+    {Jordan::name, &Jordan::schedule}, {You::name, &You::schedule},   {PolarExpress::name, &PolarExpress::schedule},
+    {Cubic::name, &Cubic::schedule},   {QuinticFixedPoint::name, &QuinticFixedPoint::schedule},
+    {Turbo::name, &Turbo::schedule}};
+/// The names of the table, comma-separated: "jordan, you, polar_express, cubic, quintic, turbo".
+inline std::string names() {
+  std::string s;
+  for (const auto& entry : table) (s += s.empty() ? "" : ", ") += entry.first;
+  return s;
+}
+/// The schedule of a name of the table.
 inline NsSchedule by_name(std::string_view name) {
-  if (name == Jordan::name) return Jordan::schedule();
-  if (name == You::name) return You::schedule();
-  if (name == PolarExpress::name) return PolarExpress::schedule();
-  if (name == Cubic::name) return Cubic::schedule();
-  if (name == QuinticFixedPoint::name) return QuinticFixedPoint::schedule();
-  if (name == Turbo::name) return Turbo::schedule();
-  detail::fail("matopt::schedules::by_name", "unknown NS schedule '", name, "' (known: ", names, ")");
+  for (const auto& entry : table)
+    if (name == entry.first) return entry.second();
+  detail::fail("matopt::schedules::by_name", "unknown NS schedule '", name, "' (known: ", names(), ")");
 }
 
 }  // namespace schedules
@@ -164,21 +170,16 @@ namespace matopt::detail {
 
 /// ns_schedule: a name of schedules::by_name, which replaces the whole schedule (the facade applies it first).
 struct ScheduleName : checks::Any {
-  static std::string text() { return schedules::names; }
+  static std::string text() { return schedules::names(); }
   static void parse(std::string_view, std::string_view value, NsSchedule& s) { s = schedules::by_name(value); }
   /// The name of the published schedule s is, or "" (a schedule of one's own, or one changed by other keys).
   static std::string name(const NsSchedule& s) {
-    const std::string_view all = schedules::names;
-    for (std::size_t at = 0; at < all.size();) {
-      const std::size_t end = std::min(all.find(", ", at), all.size());
-      const NsSchedule p = schedules::by_name(all.substr(at, end - at));
-      bool same = p.steps == s.steps && p.safety == s.safety && p.eps == s.eps && p.aol == s.aol &&
-                  p.coefficients.size() == s.coefficients.size();
-      for (std::size_t i = 0; same && i < p.coefficients.size(); ++i)
-        same = p.coefficients[i].a == s.coefficients[i].a && p.coefficients[i].b == s.coefficients[i].b &&
-               p.coefficients[i].c == s.coefficients[i].c;
-      if (same) return std::string(all.substr(at, end - at));
-      at = end + 2;
+    auto same = [](const NsCoefficients& x, const NsCoefficients& y) { return x.a == y.a && x.b == y.b && x.c == y.c; };
+    for (const auto& entry : schedules::table) {
+      const NsSchedule p = entry.second();
+      if (p.steps == s.steps && p.safety == s.safety && p.eps == s.eps && p.aol == s.aol &&
+          std::equal(p.coefficients.begin(), p.coefficients.end(), s.coefficients.begin(), s.coefficients.end(), same))
+        return entry.first;
     }
     return "";
   }
