@@ -92,9 +92,7 @@ class ElementwiseOptimizer {
   static void describe(O& o, D& d) {
     d("lr", o.lr, checks::Positive{}, "the learning rate");
     Rule::describe(o, d);
-    d("weight_decay", o.weight_decay, checks::NonNegative{},
-      "lambda, the weight decay (decoupled, except TrustRatio's coupled form)");
-    d("non_finite", o.non_finite, non_finite_check, "what a gradient holding inf or NaN does");
+    detail::describe_decay_and_gate(o, d);
   }
   /// Throws std::invalid_argument, prefixed by `where`, naming the first bad hyperparameter.
   static void validate(const Options& o, std::string_view where) {

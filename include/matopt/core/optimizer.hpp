@@ -261,9 +261,7 @@ class Optimizer {
       d("momentum", o.momentum, checks::UnitInterval{}, "beta of the momentum");
       d("nesterov", o.nesterov, checks::Any{}, "the Nesterov form of the momentum");
     }
-    d("weight_decay", o.weight_decay, checks::NonNegative{},
-      "lambda, the weight decay (decoupled, except TrustRatio's coupled form)");
-    d("non_finite", o.non_finite, non_finite_check, "what a gradient holding inf or NaN does");
+    detail::describe_decay_and_gate(o, d);
     Preconditioner::describe(o.precondition, d);
     Scaling::describe(o.scaling, d);
   }

@@ -33,6 +33,17 @@ inline const char* non_finite_name(NonFinite p) { return checks::one_of(non_fini
 /// The check of the `non_finite` option: its names.
 inline constexpr checks::OneOf<NonFinite> non_finite_check = checks::one_of(non_finite_names, "a non-finite policy");
 
+namespace detail {
+/// The options every optimizer declares after its step's own (core/options.hpp), one meaning each: weight_decay and
+/// non_finite.
+template <class O, class D>
+void describe_decay_and_gate(O& o, D& d) {
+  d("weight_decay", o.weight_decay, checks::NonNegative{},
+    "lambda, the weight decay (decoupled, except TrustRatio's coupled form)");
+  d("non_finite", o.non_finite, non_finite_check, "what a gradient holding inf or NaN does");
+}
+}  // namespace detail
+
 /// One parameter's settings in a batched step that steps parameters of several groups in one call
 /// (Optimizer::step(params, grads, states, settings); HybridOptimizer): they replace the optimizer's lr,
 /// weight_decay and non_finite options for that parameter, without changing them.
