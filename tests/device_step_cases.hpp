@@ -41,6 +41,12 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": every preset equals the Eigen backend", T, 
   SUBCASE("RMNP") { compare_all_shapes<matopt::RMNP<T>>(); }
   SUBCASE("ColNorm") { compare_all_shapes<matopt::ColNorm<T>>(); }
   SUBCASE("OrScale") { compare_all_shapes<matopt::OrScale<T>>(); }
+  SUBCASE("Dion") {  // the same pseudo-random Q on both (seeded by the shape); rank fraction 1 and 0.5
+    compare_all_shapes<matopt::Dion<T>>();
+    typename matopt::Dion<T>::Options o;
+    o.precondition.rank_fraction = 0.5;
+    compare_all_shapes<matopt::Dion<T>>(o);
+  }
   SUBCASE("MuonAutoSteps") {  // planned on the first step, then every second step (plans from downloaded U)
     compare_all_shapes<matopt::MuonAutoSteps<T>>();
     typename matopt::MuonAutoSteps<T>::Options o;

@@ -7,9 +7,9 @@
 // (scripts/make_golden_variants.py, PyTorch float64, no matopt code): W after each of three steps within 1e-5
 // (float) / 1e-10 (double) relative Frobenius error, both storage orders, a tall (20 x 12), a wide (12 x 28) and
 // a square (16 x 16) shape (the square one pins the m == n tie-breaks: AOL's orientation, NorMuon's longer
-// axis). Then a checkpoint of AdaMuon's device-resident second moment loaded into the host optimizer (and
-// back), zero gradients on zero weights, and QK-clip on device matrices against its factors eta^alpha,
-// eta^(1 - alpha) computed here.
+// axis); Dion (rank fractions 1 and 0.5) on the same shapes. Then checkpoints of AdaMuon's device-resident second
+// moment and of Dion's M and Q loaded into the host optimizer (and back), zero gradients on zero weights, and
+// QK-clip on device matrices against its factors eta^alpha, eta^(1 - alpha) computed here.
 // The including file defines MATOPT_BACKEND and matopt::test::Backend (tests/device_cases.hpp).
 
 #include <algorithm>
@@ -199,6 +199,94 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": cautious and lr-independent weight decay, l
   }
 }
 
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": Dion equals the golden data (microsoft/dion, rank fractions 1 and 0.5)", T, float,
+                   double) {
+  using namespace matopt;
+  const test::Golden& gold = test::Golden::variants();
+  for (const std::string shape : {"tall", "wide", "square"}) {  // square: B = M (m >= n), not M^T
+    for (const auto& run_case : {std::pair<std::string, double>{"dion", 1.0}, {"dion_half", 0.5}}) {
+      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+        const std::string name = run_case.first, order = matopt::detail::layout_name(layout);
+        CAPTURE(shape);
+        CAPTURE(name);
+        CAPTURE(order);
+        typename Dion<T>::Options o;
+        o.precondition.rank_fraction = run_case.second;
+        auto dev = test::Backend::template optimizer<Dion<T>>(o);
+        const Eigen::MatrixXd w0 = gold[shape + "/dion_data/W0"], q0 = gold[shape + "/" + name + "/Q0"];
+        DeviceMatrix<T> w(w0.rows(), w0.cols(), layout), g(w0.rows(), w0.cols(), layout);
+        w.assign(w0.cast<T>());
+        auto st = dev.make_state(w);
+        // M (zero) then Q in device memory, none in the host State; Q set to the golden run's start.
+        REQUIRE(st.moment_sizes == std::vector<Index>{w0.size(), q0.size()});
+        CHECK(st.precondition.momentum.size() == 0);
+        CHECK(st.precondition.q.size() == 0);
+        const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> q = q0.cast<T>();
+        thrust::copy(q.data(), q.data() + q.size(), st.moment.begin() + w0.size());
+        for (int k = 1; k <= 3; ++k) {
+          g.assign(gold[shape + "/dion_data/G" + std::to_string(k)].cast<T>());
+          test::Backend::before_step(dev);
+          dev.step(w, g, st);
+          const Eigen::MatrixXd want = gold[shape + "/" + name + "/W" + std::to_string(k)];
+          const Eigen::MatrixXd got = to_host(w).template cast<double>();
+          CAPTURE(k);
+          CHECK(test::rel_error(got, want) <= test::variant_cases::tol<T>());
+          CHECK(test::rel_error((got - w0).eval(), (want - w0).eval()) <= 100 * test::variant_cases::tol<T>());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE(MATOPT_BACKEND ": Dion's device M and Q move through checkpoints to the host and back") {
+  using namespace matopt;
+  using Opt = Dion<double>;
+  const test::Golden& gold = test::Golden::variants();
+  const Eigen::MatrixXd w0 = gold["wide/dion_data/W0"], q0 = gold["wide/dion_half/Q0"];
+  Opt::Options o;
+  o.precondition.rank_fraction = 0.5;
+  auto dev = test::Backend::optimizer<Opt>(o);
+  DeviceMatrix<double> w(w0.rows(), w0.cols(), Layout::RowMajor), g(w0.rows(), w0.cols(), Layout::RowMajor);
+  w.assign(w0);
+  std::vector<typename decltype(dev)::State> ds{dev.make_state(w)};
+  thrust::copy(q0.data(), q0.data() + q0.size(), ds[0].moment.begin() + w0.size());
+  g.assign(gold["wide/dion_data/G1"]);
+  test::Backend::before_step(dev);
+  dev.step(w, g, ds[0]);
+  // Step 2 on the host from the device's checkpoint: the golden W2.
+  Opt host(o);
+  using RowMat = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  RowMat hw = to_host(w);
+  std::vector<Opt::State> hs{host.make_state(hw)};
+  std::stringstream file;
+  save_checkpoint(file, dev, ds);
+  CHECK(ds[0].precondition.q.size() == 0);  // staged for the file only
+  load_checkpoint(file, host, hs);
+  CHECK(hs[0].steps == 1);
+  CHECK(hs[0].precondition.momentum.size() == w0.size());
+  CHECK(hs[0].precondition.q.size() == q0.size());
+  CHECK(hs[0].precondition.momentum.cwiseAbs().maxCoeff() > 0.0);
+  host.step(hw, RowMat(gold["wide/dion_data/G2"]), hs[0]);
+  CHECK(test::rel_error(hw, gold["wide/dion_half/W2"]) <= 1e-10);
+  // Step 3 on the device from the host's checkpoint.
+  std::stringstream back;
+  save_checkpoint(back, host, hs);
+  w.assign(hw);
+  load_checkpoint(back, dev, ds);
+  CHECK(ds[0].steps == 2);
+  CHECK(ds[0].precondition.momentum.size() == 0);
+  g.assign(gold["wide/dion_data/G3"]);
+  test::Backend::before_step(dev);
+  dev.step(w, g, ds[0]);
+  CHECK(test::rel_error(to_host(w), gold["wide/dion_half/W3"]) <= 1e-10);
+  // A rank other than make_state's is refused before anything is written, as on the host.
+  dev.options().precondition.rank_fraction = 1.0;
+  const Eigen::MatrixXd before = to_host(w);
+  CHECK_THROWS_WITH_AS(dev.step(w, g, ds[0]), doctest::Contains("rank_fraction"), std::invalid_argument);
+  CHECK(to_host(w) == before);
+  CHECK(ds[0].steps == 3);
+}
+
 TEST_CASE(MATOPT_BACKEND ": AdaMuon's device second moment moves through checkpoints to the host and back") {
   using namespace matopt;
   using Opt = AdaMuon<double>;
@@ -268,6 +356,7 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": the variants on zero gradients and zero wei
     zero_steps(NAMO<T>{}, shape.first, shape.second, none);
     zero_steps(PolarGrad<T>{}, shape.first, shape.second, none);
     zero_steps(TurboMuon<T>{}, shape.first, shape.second, none);
+    zero_steps(Dion<T>{}, shape.first, shape.second, none);
     zero_steps(Muon<T>{}, shape.first, shape.second, [](auto& o) {
       o.weight_decay = T(0.1);
       o.scaling.weight_decay_method = WeightDecay::Cautious;

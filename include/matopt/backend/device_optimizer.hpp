@@ -13,17 +13,19 @@
 // Policies on device: momentum Ema / Sum / NoMomentum; Orthogonalize<NewtonSchulz<...>> (plain and Gram, with
 // or without Turbo-Muon's AOL start), AutoSteps<NewtonSchulz<...>> (planned on the host from U downloaded on a check
 // step), OnEngine<Policy> (a user's policy written against the engine operations), Orthogonalize<ExactPolar>,
-// RowNormalize, ColNormalize, Identity, Sign,
-// Adaptive<Cheap, Exact> (of those), NuclearScaled<Inner> (PolarGrad) and SecondMoment<Inner, Moment> (NorMuon,
-// AdaMuon, NAMO) of those; per-head / split row blocks (heads, split_sizes, split_groups); Static scaling (every
-// weight-decay form, cautious included) and TrustRatio, and SpectralCap<Inner> around either. Any other policy is
-// a compile-time error (a static_assert names the device policies).
+// RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact> (of those), NuclearScaled<Inner> (PolarGrad)
+// and SecondMoment<Inner, Moment> (NorMuon, AdaMuon, NAMO) of those; DionPowerIteration (Dion); per-head / split
+// row blocks (heads, split_sizes, split_groups); Static scaling (every weight-decay form, cautious included) and
+// TrustRatio, and SpectralCap<Inner> around either. Any other policy is a compile-time error (a static_assert names
+// the device policies).
 //   SecondMoment: the moments' scalar rules are the host's (second_moment.hpp). NorMuon's S (one entry per row or
 //     column) and NAMO's (one scalar) stay in the host State: each step downloads the k squared line norms and
 //     uploads k factors (k = m or n). AdaMuon's S (m n entries) lives in device memory (State::moment) and is
 //     copied through host memory only by checkpoints (into a copy of the host State).
 //   Row blocks: each block is formed, preconditioned and updated as a parameter of its own shape (as
 //     Optimizer::apply_blocks); a block of split_groups runs is formed run by run into the workspace.
+//   Dion: M and Q live in device memory (State::moment, as AdaMuon's S); the products run on the engine, the thin
+//     Q of P's Householder QR on the host (the host's own orthonormalize on P downloaded: R x r each way per step).
 //   ExactPolar: the reference SVD runs on the host (the host policy itself, on a host copy of U: m n elements
 //     each way per step); neither device engine has an SVD.
 //   SpectralCap: the power iteration (SpectralCap::start / power_iteration), the cap rule (measures, caps)
@@ -62,6 +64,7 @@
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
 #include "matopt/precondition/detail/ns_algorithm.hpp"
+#include "matopt/precondition/dion.hpp"
 #include "matopt/precondition/elementwise.hpp"
 #include "matopt/precondition/exact_polar.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
@@ -188,8 +191,8 @@ struct DevicePreconditioner {
                 "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
                 "Orthogonalize<NewtonSchulz<...>>, AutoSteps<NewtonSchulz<...>>, Orthogonalize<ExactPolar>, "
                 "RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact>, NuclearScaled<Inner>, "
-                "SecondMoment<Inner, NorMuon | AdaMuon | Namo> of those; a policy of one's own runs on every engine "
-                "as OnEngine<Policy>)");
+                "SecondMoment<Inner, NorMuon | AdaMuon | Namo> of those, DionPowerIteration; a policy of one's own "
+                "runs on every engine as OnEngine<Policy>)");
 };
 
 template <class Schedule, NsVariant V>
@@ -409,6 +412,20 @@ struct MomentSlot {
   T* device = nullptr;
 };
 
+/// Scales each row of x by a factor computed on the host from the rows' squared norms: the k squared norms
+/// downloaded into ws.host_lines, turned into k factors in place by factors(values, k), uploaded into ws.scale and
+/// applied (NorMuon's line factors, Dion's column divisors). ws.scale and ws.host_lines hold k elements.
+template <class T, class Engine, class Factors>
+void scale_rows_from_host(Engine& e, DeviceWorkspace<T>& ws, Strided<T> x, Factors&& factors) {
+  const Index k = x.rows;
+  T* f = raw(ws.scale);
+  e.row_squared_norms(Strided<const T>(x), f);
+  e.download(static_cast<const T*>(f), k, ws.host_lines.data());
+  factors(ws.host_lines.data(), k);
+  e.upload(static_cast<const T*>(ws.host_lines.data()), k, f);
+  e.scale_rows(x, static_cast<const T*>(f));
+}
+
 /// How each second moment (second_moment.hpp) runs on a device engine: reserve(ws, m, n) and
 /// apply(engine, ws, options, d, slot, g_norm, layout, form_u), turning the inner preconditioner's D (a dense
 /// workspace view) into D' in place; g_norm() gives ||G||_F of the parameter (or block), form_u(target) U.
@@ -430,13 +447,7 @@ struct DeviceMoment<moments::NorMuon> {
   static void apply(Engine& e, DeviceWorkspace<T>& ws, const M::Options& o, Strided<T> d, MomentSlot<T> s, GNorm&&,
                     Layout, FormU&&) {
     const Strided<T> lines = M::per_row(o, d.rows, d.cols) ? d : d.t();
-    const Index k = lines.rows;
-    T* f = raw(ws.scale);
-    e.row_squared_norms(Strided<const T>(lines), f);
-    e.download(static_cast<const T*>(f), k, ws.host_lines.data());
-    M::line_factors(o, s.host, ws.host_lines.data(), k, lines.cols);
-    e.upload(static_cast<const T*>(ws.host_lines.data()), k, f);
-    e.scale_rows(lines, static_cast<const T*>(f));
+    scale_rows_from_host(e, ws, lines, [&](T* v, Index k) { M::line_factors(o, s.host, v, k, lines.cols); });
   }
 };
 
@@ -481,10 +492,16 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
   using P = SecondMoment<Inner, Moment>;
   using Options = typename P::Options;
   static constexpr bool device_state = DeviceMoment<Moment>::device_state;
-  /// The host State's S: empty when S lives in device memory (a checkpoint fills it in a copy of the State).
+  /// The host State's fields that live in device memory (AdaMuon's S), see DevicePreconditioner<DionPowerIteration>.
+  template <class T, class F>
+  static void device_fields(typename P::template State<T>& s, F&& f) {
+    f(s.second_moment);
+  }
+  /// S, of `size` entries in device memory, must be the size these options give.
   template <class T>
-  static Eigen::Matrix<T, Eigen::Dynamic, 1>& host_state(typename P::template State<T>& s) {
-    return s.second_moment;
+  static void check_state(const typename P::template State<T>&, Index size, const Options& o, Index m, Index n,
+                          std::string_view where) {
+    P::check_state_size(size, o, m, n, where);
   }
   template <class T>
   static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
@@ -509,6 +526,73 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
   static void finish(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Strided<T> d, MomentSlot<T> s,
                      GNorm&& g_norm, Layout layout, FormU&& form_u) {
     DeviceMoment<Moment>::apply(e, ws, o.moment, d, s, g_norm, layout, form_u);
+  }
+};
+
+/// DionPowerIteration (dion.hpp): M and Q in device memory, the products on the engine. Only the thin Q factor of
+/// P's Householder QR runs on the host (DionPowerIteration::orthonormalize on P downloaded: R x r elements each way
+/// per step; neither device engine has a QR), and Q's column divisors are computed there from the r squared column
+/// norms (as NorMuon's factors). The products run in the engine's precision.
+template <>
+struct DevicePreconditioner<DionPowerIteration> {
+  using P = DionPowerIteration;
+  using Options = P::Options;
+  /// The host State's M and Q live in device memory (State::moment: M in W's storage order, then Q, min(m, n) x r
+  /// column-major); the host State keeps the rank. A checkpoint fills M and Q in a copy of the host State.
+  static constexpr bool device_state = true;
+  template <class T, class F>
+  static void device_fields(P::State<T>& s, F&& f) {
+    f(s.momentum);
+    f(s.q);
+  }
+  /// The rank of make_state must be the one these options give (the host's check).
+  template <class T>
+  static void check_state(const P::State<T>& s, Index, const Options& o, Index m, Index n, std::string_view where) {
+    P::check_state(s, o, m, n, where);
+  }
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    const Index r = P::rank(o, m, n), rows = std::max(m, n), cols = std::min(m, n);
+    grow(ws.u, m * n);
+    grow(ws.a, rows * r);
+    grow(ws.b, cols * r);
+    grow(ws.scale, r);
+    ws.host_u.reserve(rows * r);
+    ws.host_lines.reserve(r);
+  }
+  /// D (in ws.u, W's storage order) for U = G, with M and Q at `device` (updated in place); dion.hpp's step.
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, const P::State<T>& s, T* device,
+                          Index m, Index n, Layout layout, FormU&& form_u) {
+    const Index r = Index(s.rank);
+    const bool tall = m >= n;  // B = M (R x C) or M^T
+    const Index rows = tall ? m : n, cols = tall ? n : m;
+    const Strided<T> mom = strided(device, m, n, layout);
+    Strided<T> b = tall ? mom : mom.t(), q = col_major(device + m * n, cols, r);
+    Strided<T> p = col_major(raw(ws.a), rows, r), rr = col_major(raw(ws.b), cols, r);
+    const Strided<T> d = form_in_workspace(ws, m, n, layout, form_u);  // U = G, then D in its place
+    e.combine(mom, T(1), Strided<const T>(mom), T(1), Strided<const T>(d));  // M <- M + G
+    const bool zero = e.norm(Strided<const T>(mom)) == T(0);  // P = 0 and R = Q: M unchanged, D = 0
+    if (zero) {
+      e.copy(Strided<const T>(mom), d);
+    } else {
+      e.gemm(T(1), b, q, T(0), p);  // P = orthonormalize(B Q)
+      e.download(static_cast<const T*>(p.data), rows * r, ws.host_u.data());
+      P::orthonormalize(ws.host_u.matrix(rows, r));
+      e.upload(static_cast<const T*>(ws.host_u.data()), rows * r, p.data);
+      e.gemm(T(1), b.t(), p, T(0), rr);          // R = B^T P
+      e.gemm(-T(1 - o.mu), p, rr.t(), T(1), b);  // M <- M - (1 - mu) P R^T
+    }
+    // Q <- R / (||R_j|| + eps), column by column (the columns of Q are the rows of Q^T).
+    if (!zero) e.copy(Strided<const T>(rr), q);
+    scale_rows_from_host(e, ws, q.t(), [&](T* v, Index k) {
+      for (Index j = 0; j < k; ++j) v[j] = T(1) / P::column_divisor(T(std::sqrt(v[j])), o);
+    });
+    if (!zero) {
+      Strided<T> dt = tall ? d : d.t();
+      e.gemm(T(1), p, q.t(), T(0), dt);  // D = P Q^T, in W's orientation
+    }
+    return d;
   }
 };
 
@@ -657,8 +741,8 @@ struct DeviceStepReport {
 /// `Engine` (ThrustEngine, or cuda::Engine: cuda::Optimizer). Bad input throws std::invalid_argument before anything
 /// is written, as on the host. Supported policies: momentum Ema, Sum, NoMomentum; Orthogonalize (NewtonSchulz,
 /// ExactPolar on the host), RowNormalize, ColNormalize, Identity, Sign, Adaptive, NuclearScaled and SecondMoment of
-/// those, row blocks; Static, TrustRatio and SpectralCap. Others fail to compile. Checkpoints are interchangeable with
-/// the host optimizer's.
+/// those, DionPowerIteration, row blocks; Static, TrustRatio and SpectralCap. Others fail to compile. Checkpoints are
+/// interchangeable with the host optimizer's.
 /// @tparam HostOptimizer an Optimizer (e.g. Muon<float>).
 /// @tparam Engine ThrustEngine or cuda::Engine.
 template <class HostOptimizer, class Engine>
@@ -686,8 +770,11 @@ class DeviceOptimizer {
   struct State : StateCounters {
     /// The momentum buffer V in device memory, in W's storage order (empty without a buffer).
     thrust::device_vector<T> momentum;
-    /// The preconditioner's state where it lives in device memory (AdaMuon's S, in W's storage order); else empty.
+    /// The preconditioner's state where it lives in device memory, its fields one after another (AdaMuon's S in
+    /// W's storage order; Dion's M in W's storage order, then Q); else empty. Those host fields are empty.
     thrust::device_vector<T> moment;
+    /// The sizes of those fields, set by make_state.
+    std::vector<Index> moment_sizes;
     /// The preconditioner's state (the host type, in host memory).
     detail::policy_state_t<PreconditionerType, T> precondition{};
     /// The scaling policy's state (the host type, in host memory).
@@ -703,12 +790,7 @@ class DeviceOptimizer {
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
       detail::device_synchronize();  // after the steps queued on the engine's stream
       detail::copy_n(momentum.begin(), momentum.size(), m.data());
-      auto pre = precondition;  // a device-resident part (AdaMuon's S) copied into its host field
-      if constexpr (device_state) {
-        auto& host = Precondition::template host_state<T>(pre);
-        host.resize(Index(moment.size()));
-        detail::copy_n(moment.begin(), moment.size(), host.data());
-      }
+      auto pre = host_precondition();
       detail::optimizer_state_fields(const_cast<State&>(*this), m, pre,
                                      [&](const char* name, auto& v) { w.field(name, v); });
     }
@@ -717,16 +799,39 @@ class DeviceOptimizer {
     void read(Reader& r) {
       Eigen::Matrix<T, Eigen::Dynamic, 1> m(Index(momentum.size()));
       auto pre = precondition;
-      if constexpr (device_state) Precondition::template host_state<T>(pre).resize(Index(moment.size()));
+      each_device_field(pre, [](auto&, Index) {});  // sized for the reader's checks
       detail::optimizer_state_fields(*this, m, pre, [&](const char* name, auto& v) { r.field(name, v); });
       detail::device_synchronize();  // no step queued on the engine's stream still reads the old momentum
       detail::copy_n(m.data(), m.size(), momentum.begin());
-      if constexpr (device_state) {
-        auto& host = Precondition::template host_state<T>(pre);
-        detail::copy_n(host.data(), host.size(), moment.begin());
+      each_device_field(pre, [&](auto& host, Index at) {
+        detail::copy_n(host.data(), host.size(), moment.begin() + at);
         host.resize(0);
-      }
+      });
       precondition = std::move(pre);
+    }
+    /// The preconditioner's state as the host optimizer's State holds it: a copy of `precondition` with the
+    /// device-resident fields copied in (after the steps queued on the engine's stream).
+    detail::policy_state_t<PreconditionerType, T> host_precondition() const {
+      auto pre = precondition;
+      detail::device_synchronize();
+      each_device_field(pre, [&](auto& host, Index at) {
+        detail::copy_n(moment.begin() + at, host.size(), host.data());
+      });
+      return pre;
+    }
+    /// f(host field, offset in moment) for each device-resident field of pre, the field sized as in moment.
+    template <class F>
+    void each_device_field(detail::policy_state_t<PreconditionerType, T>& pre, F&& f) const {
+      if constexpr (device_state) {
+        Index at = 0;
+        std::size_t k = 0;
+        Precondition::template device_fields<T>(pre, [&](auto& host) {
+          const Index size = moment_sizes[k++];
+          host.resize(size);
+          f(host, at);
+          at += size;
+        });
+      }
     }
   };
 
@@ -761,10 +866,17 @@ class DeviceOptimizer {
     s.layout = w.layout;
     if constexpr (MomentumType::has_buffer) s.momentum.assign(std::size_t(w.size()), T(0));
     detail::init_policy_state<PreconditionerType>(s.precondition, options_.precondition, w.rows, w.cols);
-    if constexpr (device_state) {  // S (zero) in device memory instead
-      auto& host = Precondition::template host_state<T>(s.precondition);
-      s.moment.assign(std::size_t(host.size()), T(0));
-      host.resize(0);
+    if constexpr (device_state) {  // the fields' initial values moved to device memory
+      Index size = 0;
+      Precondition::template device_fields<T>(s.precondition, [&](auto& host) {
+        s.moment_sizes.push_back(host.size());
+        size += host.size();
+      });
+      s.moment.resize(std::size_t(size));
+      s.each_device_field(s.precondition, [&](auto& host, Index at) {
+        detail::copy_n(host.data(), host.size(), s.moment.begin() + at);
+        host.resize(0);
+      });
     }
     detail::init_policy_state<ScalingType>(s.scaling, w.rows, w.cols);
     reserve(w.rows, w.cols);
@@ -848,7 +960,8 @@ class DeviceOptimizer {
   void check_policy_state(const State& state, Index m, Index n, const char* where) const {
     using S = detail::policy_state_t<PreconditionerType, T>;
     if constexpr (device_state)
-      PreconditionerType::check_state_size(Index(state.moment.size()), options_.precondition, m, n, where);
+      Precondition::template check_state<T>(state.precondition, Index(state.moment.size()), options_.precondition, m,
+                                            n, where);
     else if constexpr (detail::has_check_state_v<PreconditionerType, S, typename PreconditionerType::Options>)
       PreconditionerType::check_state(state.precondition, options_.precondition, m, n, where);
   }
@@ -950,6 +1063,9 @@ class DeviceOptimizer {
     if constexpr (second_moment) {
       return Precondition::apply(engine_, ws_, options_.precondition, slot(state, offset), g_norm, m, n, state.layout,
                                  form_u);
+    } else if constexpr (device_state) {
+      return Precondition::apply(engine_, ws_, options_.precondition, state.precondition, detail::raw(state.moment), m,
+                                 n, state.layout, form_u);
     } else if constexpr (detail::has_policy_state_v<PreconditionerType, T>) {
       return Precondition::apply(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
     } else {

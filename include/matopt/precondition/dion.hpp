@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 
 #include <Eigen/Core>
 #include <Eigen/QR>
@@ -129,6 +130,20 @@ struct DionPowerIteration {
     ws.d.reserve(m * n);
   }
 
+  /// P <- the thin Q factor of P's Householder QR (dion's orthonormalize; allocates). The host and device steps.
+  template <class M>
+  static void orthonormalize(M&& p) {
+    using Mat = Eigen::Matrix<typename std::decay_t<M>::Scalar, Eigen::Dynamic, Eigen::Dynamic>;
+    const Eigen::HouseholderQR<Mat> qr(p);
+    p.setIdentity();
+    p.applyOnTheLeft(qr.householderQ());
+  }
+  /// Q's column j is R's divided by ||R_j|| + eps (the host and device steps).
+  template <class T>
+  static T column_divisor(T norm, const Options& o) {
+    return norm + T(o.eps);
+  }
+
   /// Calls sink(D) for the gradient U = G.
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& g, const Options& o, Workspace<T>& ws, State<T>& st, Sink&& sink) {
@@ -148,16 +163,14 @@ struct DionPowerIteration {
     } else {
       if (tall) p.noalias() = mom * q;
       else p.noalias() = mom.transpose() * q;
-      const Eigen::HouseholderQR<Mat> qr(p);
-      p.setIdentity();
-      p.applyOnTheLeft(qr.householderQ());  // the thin Q factor
+      orthonormalize(p);
       if (tall) rr.noalias() = mom.transpose() * p;
       else rr.noalias() = mom * p;
     }
     const T keep = T(1 - o.mu);
     if (tall) mom.noalias() -= keep * p * rr.transpose();
     else mom.noalias() -= keep * rr * p.transpose();
-    for (Index j = 0; j < r; ++j) q.col(j) = rr.col(j) / (rr.col(j).norm() + T(o.eps));
+    for (Index j = 0; j < r; ++j) q.col(j) = rr.col(j) / column_divisor(rr.col(j).norm(), o);
     auto d = ws.d.template matrix<order>(m, n);
     if (tall) d.noalias() = p * q.transpose();
     else d.noalias() = q * p.transpose();
