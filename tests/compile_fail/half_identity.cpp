@@ -4,7 +4,11 @@
 //   policy_checks.missing_cost     -DMATOPT_DROP_COST: no `cost`, wrapped in AnyOptimizer (distributed/plan.hpp);
 //   policy_checks.missing_members  -DMATOPT_DROP_MEMBERS: no `describe` (its options), in an Optimizer
 //                                  (core/detail/traits.hpp, check_preconditioner);
-//   policy_checks.state_fields     -DMATOPT_STATE_WITHOUT_FIELDS: a State<T> without `fields`, in an Optimizer.
+//   policy_checks.state_fields     -DMATOPT_STATE_WITHOUT_FIELDS: a State<T> without `fields`, in an Optimizer;
+//   policy_checks.init_state       -DMATOPT_BAD_INIT_STATE: an init_state no optimizer calls (a parameter missing);
+//   policy_checks.check_state      -DMATOPT_BAD_CHECK_STATE: a check_state no optimizer calls (no `where`).
+// Compiled with -DMATOPT_GOOD_STATE (the same State with both hooks as the optimizers call them), it compiles:
+// policy_checks.state_hooks_compile.
 #include <matopt/matopt.hpp>
 
 struct HalfIdentity {  // D = U / 2
@@ -29,10 +33,43 @@ struct HalfIdentity {  // D = U / 2
 #if !defined(MATOPT_DROP_COST)
   static double cost(matopt::Index m, matopt::Index n) { return matopt::elementwise_cost(m, n); }
 #endif
+#if defined(MATOPT_BAD_INIT_STATE) || defined(MATOPT_BAD_CHECK_STATE) || defined(MATOPT_GOOD_STATE)
+  template <class T>
+  struct State {
+    T scale = T(1);
+    template <class F>
+    void fields(F&& f) {
+      f("scale", scale);
+    }
+  };
+  template <class T, class UExpr, class Sink>
+  static void apply(const UExpr& u, const Options&, Workspace<T>&, State<T>& s, Sink&& sink) {
+    sink(u * s.scale);
+  }
+#if defined(MATOPT_BAD_INIT_STATE)
+  template <class T>
+  static void init_state(State<T>& s, const Options&, matopt::Index) {
+    s.scale = T(0.5);
+  }
+#else
+  template <class T>
+  static void init_state(State<T>& s, const Options&, matopt::Index, matopt::Index) {
+    s.scale = T(0.5);
+  }
+#endif
+#if defined(MATOPT_BAD_CHECK_STATE)
+  template <class T>
+  static void check_state(const State<T>&, const Options&, matopt::Index, matopt::Index) {}
+#else
+  template <class T>
+  static void check_state(const State<T>&, const Options&, matopt::Index, matopt::Index, std::string_view) {}
+#endif
+#else
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
     sink(u * T(0.5));
   }
+#endif
 };
 
 int main() {

@@ -184,6 +184,8 @@ class Optimizer {
                 "matopt::Optimizer<T, ...>: T must be float or double");
   static_assert(detail::check_preconditioner<Preconditioner, T>(),
                 "matopt::Optimizer<T, Preconditioner, ...>: the preconditioner lacks a member (see the message above)");
+  static_assert(detail::check_state_hooks<Scaling, T, false>(),
+                "matopt::Optimizer<T, ..., Scaling>: the scaling's state hooks (see the message above)");
 
  public:
   /// The scalar type T.

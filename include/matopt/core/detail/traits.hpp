@@ -141,6 +141,46 @@ inline constexpr bool has_check_state_v<
     std::void_t<decltype(P::check_state(std::declval<const S&>(), std::declval<const O&>(), Index(), Index(),
                                         std::string_view()))>> = true;
 
+/// A member named init_state or check_state (a template on T, as a policy declares them), whatever its signature:
+/// check_state_hooks refuses one whose signature no optimizer calls, which would otherwise never run.
+template <class P, class T, class = void>
+inline constexpr bool names_init_state_v = false;
+template <class P, class T>
+inline constexpr bool names_init_state_v<P, T, std::void_t<decltype(&P::template init_state<T>)>> = true;
+template <class P, class T, class = void>
+inline constexpr bool names_check_state_v = false;
+template <class P, class T>
+inline constexpr bool names_check_state_v<P, T, std::void_t<decltype(&P::template check_state<T>)>> = true;
+
+/// Compile-time checks of a policy's optional state hooks (a preconditioner's, with options; a scaling's, without):
+/// a member named init_state or check_state must have a signature the optimizers call, or the build stops with a
+/// message giving that signature. True when they do.
+template <class P, class T, bool Preconditioner>
+constexpr bool check_state_hooks() {
+  using S = policy_state_t<P, T>;
+  if constexpr (Preconditioner) {
+    using O = typename P::Options;
+    if constexpr (names_init_state_v<P, T>)
+      static_assert(has_init_state_v<P, S> || has_init_state_options_v<P, S, O>,
+                    "matopt: a preconditioner's `init_state` is `template <class T> static void init_state(State<T>&, "
+                    "Index m, Index n)` or, for a state sized by the options, `(State<T>&, const Options&, Index m, "
+                    "Index n)`: this one matches neither, so no optimizer would call it");
+    if constexpr (names_check_state_v<P, T>)
+      static_assert(has_check_state_v<P, S, O>,
+                    "matopt: a preconditioner's `check_state` is `template <class T> static void check_state(const "
+                    "State<T>&, const Options&, Index m, Index n, std::string_view where)`: this one does not match, so "
+                    "no optimizer would call it");
+  } else {
+    if constexpr (names_init_state_v<P, T>)
+      static_assert(has_init_state_v<P, S>,
+                    "matopt: a scaling's `init_state` is `template <class T> static void init_state(State<T>&, Index m, "
+                    "Index n)`: this one does not match, so no optimizer would call it");
+    static_assert(!names_check_state_v<P, T>,
+                  "matopt: a scaling has no `check_state` hook (only preconditioners do): no optimizer would call it");
+  }
+  return true;
+}
+
 /// A policy's name for checkpoints: P::identity() if it has one (composite policies name their parts),
 /// else P::name().
 template <class P, class = void>
@@ -241,6 +281,7 @@ constexpr bool check_preconditioner() {
     static_assert(has_fields_v<policy_state_t<P, T>>,
                   "matopt: a preconditioner's `State<T>` lists its fields for checkpoints: `template <class F> void "
                   "fields(F&& f)` calling f(name, field) for each");
+  if constexpr (has_options_type_v<P>) check_state_hooks<P, T, true>();
   return has_options_type_v<P> && has_name_v<P> && has_describe_v<P> && has_workspace_v<P, T>;
 }
 
