@@ -16,18 +16,8 @@ set(common --quick --layers 1 --steps 10 --eval-every 5 --eval-batches 1 --threa
 set(csv ${OUT}/lr_transfer.csv)
 file(REMOVE_RECURSE ${OUT})
 
-function(gpt_run name expect_rc)  # runs gpt with the remaining arguments; output in ${name}_out
-  execute_process(COMMAND ${GPT} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(rc EQUAL 77)
-    message("gpt_lr_grid skipped: no fortunes text")
-    return()
-  endif()
-  if(NOT rc EQUAL expect_rc)
-    message(FATAL_ERROR "run ${name}: exit ${rc}, expected ${expect_rc}\n${out}\n${err}")
-  endif()
-  set(${name}_out "${out}\n${err}" PARENT_SCOPE)
-  set(${name}_ran TRUE PARENT_SCOPE)
-endfunction()
+set(GPT_TEST gpt_lr_grid)
+include(${CMAKE_CURRENT_LIST_DIR}/gpt_run.cmake)
 
 function(expect_in name text)
   string(FIND "${${name}_out}" "${text}" at)
