@@ -279,6 +279,12 @@ TEST_CASE(MATOPT_BACKEND ": Dion's device M and Q move through checkpoints to th
   test::Backend::before_step(dev);
   dev.step(w, g, ds[0]);
   CHECK(test::rel_error(to_host(w), gold["wide/dion_half/W3"]) <= 1e-10);
+  // A state that make_state did not make (no M or Q in device memory) refuses the file, unchanged.
+  std::vector<typename decltype(dev)::State> fresh(1);
+  std::stringstream again;
+  save_checkpoint(again, host, hs);
+  CHECK_THROWS_WITH_AS(load_checkpoint(again, dev, fresh), doctest::Contains("in the live state"), CheckpointError);
+  CHECK(fresh[0].moment.empty());
   // A rank other than make_state's is refused before anything is written, as on the host.
   dev.options().precondition.rank_fraction = 1.0;
   const Eigen::MatrixXd before = to_host(w);

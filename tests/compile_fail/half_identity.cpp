@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Must not compile: a preconditioner missing members, so that the static_asserts' messages tell its author what to
-// add. CTest compiles it (-fsyntax-only) three times and expects each message:
+// add. CTest compiles it (-fsyntax-only) five times and expects each message:
 //   policy_checks.missing_cost     -DMATOPT_DROP_COST: no `cost`, wrapped in AnyOptimizer (distributed/plan.hpp);
 //   policy_checks.missing_members  -DMATOPT_DROP_MEMBERS: no `describe` (its options), in an Optimizer
 //                                  (core/detail/traits.hpp, check_preconditioner);

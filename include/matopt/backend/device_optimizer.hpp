@@ -25,7 +25,8 @@
 //   Row blocks: each block is formed, preconditioned and updated as a parameter of its own shape (as
 //     Optimizer::apply_blocks); a block of split_groups runs is formed run by run into the workspace.
 //   Dion: M and Q live in device memory (State::moment, as AdaMuon's S); the products run on the engine, the thin
-//     Q of P's Householder QR on the host (the host's own orthonormalize on P downloaded: R x r each way per step).
+//     Q of P's Householder QR on the host (the host's own orthonormalize on P downloaded: max(m, n) r elements each
+//     way per step).
 //   ExactPolar: the reference SVD runs on the host (the host policy itself, on a host copy of U: m n elements
 //     each way per step); neither device engine has an SVD.
 //   SpectralCap: the power iteration (SpectralCap::start / power_iteration), the cap rule (measures, caps)
@@ -530,9 +531,10 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
 };
 
 /// DionPowerIteration (dion.hpp): M and Q in device memory, the products on the engine. Only the thin Q factor of
-/// P's Householder QR runs on the host (DionPowerIteration::orthonormalize on P downloaded: R x r elements each way
-/// per step; neither device engine has a QR), and Q's column divisors are computed there from the r squared column
-/// norms (as NorMuon's factors). The products run in the engine's precision.
+/// P's Householder QR runs on the host (DionPowerIteration::orthonormalize on P downloaded: max(m, n) r elements each
+/// way per step; neither device engine has a QR), and Q's column factors 1 / (||R_j|| + eps) are computed there from
+/// the r squared column norms (as NorMuon's factors; the host divides, so the two differ in the last bit). The
+/// products run in the engine's precision.
 template <>
 struct DevicePreconditioner<DionPowerIteration> {
   using P = DionPowerIteration;
@@ -826,7 +828,8 @@ class DeviceOptimizer {
         Index at = 0;
         std::size_t k = 0;
         Precondition::template device_fields<T>(pre, [&](auto& host) {
-          const Index size = moment_sizes[k++];
+          const Index size = k < moment_sizes.size() ? moment_sizes[k] : 0;  // none in a State not from make_state
+          ++k;
           host.resize(size);
           f(host, at);
           at += size;
