@@ -26,8 +26,8 @@
 #include <cuda_runtime.h>
 
 #include "matopt/backend/cuda/errors.cuh"
+#include "matopt/backend/detail/device_ops.hpp"
 #include "matopt/backend/device_optimizer.hpp"
-#include "matopt/backend/thrust.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
 
 namespace matopt::cuda::detail {
