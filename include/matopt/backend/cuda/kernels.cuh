@@ -26,7 +26,7 @@
 #include <cuda_runtime.h>
 
 #include "matopt/backend/cuda/errors.cuh"
-#include "matopt/backend/detail/device_ops.hpp"
+#include "matopt/backend/detail/device_scalars.hpp"
 #include "matopt/backend/device_optimizer.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
 
