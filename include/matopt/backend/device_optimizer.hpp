@@ -5,8 +5,8 @@
 // DeviceOptimizer<HostOptimizer, Engine>: a matopt::Optimizer (a preset or a user composition) stepping
 // matrices in device memory. The step is Optimizer's (core/optimizer.hpp), stage for stage:
 //   U = u_g G + u_v V;  D = Preconditioner(U);  W = Scaling(W, D, G);  V = v_v V + v_g G
-// with the policies' own scalar rules (MomentumPolicy::coefficients, Scaling::coefficients / ratio,
-// the NS schedule and precondition/detail/ns_algorithm.hpp) and the matrix work done by `Engine`: ThrustEngine
+// with the policies' own scalar rules (MomentumPolicy::coefficients, the NS schedule and
+// precondition/detail/ns_algorithm.hpp), the scalings' own update and the matrix work done by `Engine`: ThrustEngine
 // (backend/thrust.hpp) or the CUDA engine (backend/cuda/engine.cuh). Options, defaults and validation are
 // the host optimizer's; bad input throws std::invalid_argument before anything is written, as on the host.
 //
@@ -15,9 +15,9 @@
 // step), OnEngine<Policy> (a user's policy written against the engine operations), Orthogonalize<ExactPolar>,
 // RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact> (of those), NuclearScaled<Inner> (PolarGrad)
 // and SecondMoment<Inner, Moment> (NorMuon, AdaMuon, NAMO) of those; DionPowerIteration (Dion); per-head / split
-// row blocks (heads, split_sizes, split_groups); Static scaling (every weight-decay form, cautious included) and
-// TrustRatio, and SpectralCap<Inner> around either. Any other policy is a compile-time error (a static_assert names
-// the device policies).
+// row blocks (heads, split_sizes, split_groups). Any other preconditioner is a compile-time error (a static_assert
+// names the device policies). Every scaling (Static, TrustRatio, SpectralCap, a user's) runs its own update(e, ...)
+// with DeviceScalingEngine's operations.
 //   SecondMoment: the moments' scalar rules are the host's (second_moment.hpp). NorMuon's S (one entry per row or
 //     column) and NAMO's (one scalar) stay in the host State: each step downloads the k squared line norms and
 //     uploads k factors (k = m or n). AdaMuon's S (m n entries) lives in device memory (State::moment) and is
@@ -29,10 +29,8 @@
 //     way per step).
 //   ExactPolar: the reference SVD runs on the host (the host policy itself, on a host copy of U: m n elements
 //     each way per step); neither device engine has an SVD.
-//   SpectralCap: the power iteration (SpectralCap::start / power_iteration), the cap rule (measures, caps)
-//     and the State are the host's; W v, W^T u, norms, u^T D v and D - c u v^T run on the engine. u and v
-//     live in the host State (so it stays the host's type and checkpoints mean the same): each step uploads
-//     v (n elements) into the workspace and downloads u, v (m + n) after the iteration.
+//   SpectralCap: u and v live in the host State (its type and checkpoints stay the host's): each step uploads v
+//     (n elements) into the workspace and downloads u, v (m + n) after the power iteration.
 //   Adaptive: Adaptive::choose (the host's rule, State, counters) with r_min measured on the device: U's
 //     Gram formed by the engine (SYRK) and summarized by the host's dominance_of_gram, as
 //     diagonal_dominance(engine, view) does (device_diagnostics.hpp); then the chosen device preconditioner.
@@ -43,6 +41,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -625,59 +624,14 @@ template <class P>
 inline constexpr bool device_state_v<P, std::void_t<decltype(DevicePreconditioner<P>::device_state)>> =
     DevicePreconditioner<P>::device_state;
 
-/// How each scaling updates W on a device engine (d is a workspace view and may be overwritten):
-/// reserve(ws, options, m, n) and update(engine, ws, w, d, g, state, options, lr, lambda).
-template <class S>
-struct DeviceScaling {
-  static_assert(host_only_policy_v<S>,
-                "matopt::DeviceOptimizer: this scaling has no device implementation (device scalings: Static, "
-                "TrustRatio, SpectralCap<Inner> of those)");
-};
-
-template <class Rule>
-struct DeviceScaling<Static<Rule>> {
-  using S = Static<Rule>;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>&, const typename S::Options&, Index, Index) {}
-  template <class T, class Engine>
-  static void update(Engine& e, DeviceWorkspace<T>&, Strided<T> w, Strided<T> d, Strided<const T>,
-                     typename S::template State<T>&, const typename S::Options& o, T lr, T lambda) {
-    static_update(e, w, d, S::coefficients(o, lr, lambda, w.rows, w.cols));
-  }
-  /// W <- keep W - step D, or its cautious form (the decay only where W . D >= 0).
-  template <class T, class Engine>
-  static void static_update(Engine& e, Strided<T> w, Strided<T> d, const typename S::template Coefficients<T>& k) {
-    if (k.cautious)
-      e.cautious_update(w, k.keep, k.step, Strided<const T>(d));
-    else
-      e.update(w, k.keep, k.step, Strided<const T>(d));
-  }
-};
-
-template <class Ratio, class Shape>
-struct DeviceScaling<TrustRatio<Ratio, Shape>> {
-  using S = TrustRatio<Ratio, Shape>;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>&, const typename S::Options&, Index, Index) {}
-  template <class T, class Engine>
-  static void update(Engine& e, DeviceWorkspace<T>&, Strided<T> w, Strided<T> q, Strided<const T> g,
-                     typename S::template State<T>& st, const typename S::Options& o, T lr, T lambda) {
-    const Index m = w.rows, n = w.cols;
-    e.combine(q, lambda, Strided<const T>(w), T(S::factor(o, m, n)), Strided<const T>(q));  // D' = lambda W + s Q
-    const T w_norm = e.norm(Strided<const T>(w));
-    const T r = S::uses_g_norm ? S::ratio(w_norm, T(0), e.norm(g), st, o, m, n, lambda)
-                               : S::ratio(w_norm, e.norm(Strided<const T>(q)), T(0), st, o, m, n, lambda);
-    e.update(w, T(1), lr * r, Strided<const T>(q));  // W <- W - lr r D'
-  }
-};
-
-/// SpectralCap's power-iteration vectors in device memory (SpectralCap::power_iteration's interface).
+/// A power iteration's vectors in device memory (SpectralCap's power_iteration interface): u (w.rows elements) and v
+/// (w.cols) in the workspace, v uploaded from the host State's and both stored back into it after the iteration.
 template <class T, class Engine>
 struct DeviceSingularVectors {
   Engine& e;
   Strided<const T> w;
-  T* u;  ///< w.rows elements
-  T* v;  ///< w.cols elements
+  T* u;
+  T* v;
   T forward() {  // u <- W v
     e.gemv(T(1), w, static_cast<const T*>(v), T(0), u);
     return e.norm(col_major(static_cast<const T*>(u), w.rows, 1));
@@ -688,35 +642,63 @@ struct DeviceSingularVectors {
     return e.norm(col_major(static_cast<const T*>(v), w.cols, 1));
   }
   void normalize_v(T norm) { e.scale(col_major(v, w.cols, 1), T(1) / norm); }
+  /// Downloads u and v into the host vectors (m + n elements).
+  template <class V>
+  void store(V& host_u, V& host_v) const {
+    e.download(static_cast<const T*>(u), w.rows, host_u.data());
+    e.download(static_cast<const T*>(v), w.cols, host_v.data());
+  }
+  /// u^T D v.
+  T bilinear(Strided<T> d) const {
+    return e.bilinear(static_cast<const T*>(u), Strided<const T>(d), static_cast<const T*>(v));
+  }
+  /// D <- D - c u v^T, in place.
+  Strided<T> minus_rank1(Strided<T> d, T c) const {
+    e.rank1(d, -c, static_cast<const T*>(u), static_cast<const T*>(v));
+    return d;
+  }
 };
 
-/// SpectralCap<Inner> (docs/math.md): the host's start, power iteration and cap rule on the host State, with the
-/// vectors in ws.vectors (v uploaded from the State, u and v downloaded into it after the iteration), then
-/// the inner scaling's device update on D or D - c u v^T.
-template <class Inner>
-struct DeviceScaling<SpectralCap<Inner>> {
-  using S = SpectralCap<Inner>;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const typename S::Options& o, Index m, Index n) {
-    grow(ws.vectors, m + n);
-    DeviceScaling<Inner>::reserve(ws, o.inner, m, n);
+/// Scalings that declare `tracks_singular_vectors = true` (SpectralCap) get m + n elements of device scratch.
+template <class S, class = void>
+inline constexpr bool tracks_singular_vectors_v = false;
+template <class S>
+inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::tracks_singular_vectors)>> =
+    S::tracks_singular_vectors;
+
+/// The scaling operations on a device engine, for the scalings' own update(e, w, d, g, ...) (the host's are
+/// HostEngine's, core/detail/engine.hpp): W, D and G in device memory, D a workspace view that `combined` and
+/// `minus_rank1` overwrite, and the singular vectors in the workspace.
+template <class T, class Engine>
+struct DeviceScalingEngine {
+  Engine& e;
+  DeviceWorkspace<T>& ws;
+  template <class U>
+  static Index rows(const Strided<U>& x) { return x.rows; }
+  template <class U>
+  static Index cols(const Strided<U>& x) { return x.cols; }
+  template <class U>
+  T norm(Strided<U> x) { return e.norm(Strided<const T>(x)); }
+  /// W <- keep W - step D.
+  void update(Strided<T> w, T keep, T step, Strided<T> d) { e.update(w, keep, step, Strided<const T>(d)); }
+  /// W <- keep W - step D where D . W >= 0, W - step D elsewhere.
+  void cautious_update(Strided<T> w, T keep, T step, Strided<T> d) {
+    e.cautious_update(w, keep, step, Strided<const T>(d));
   }
-  template <class T, class Engine>
-  static void update(Engine& e, DeviceWorkspace<T>& ws, Strided<T> w, Strided<T> d, Strided<const T> g,
-                     typename S::template State<T>& st, const typename S::Options& o, T lr, T lambda) {
-    const Index m = w.rows, n = w.cols;
+  /// a W + b D, written over D.
+  Strided<T> combined(T a, Strided<T> w, T b, Strided<T> d) {
+    e.combine(d, a, Strided<const T>(w), b, Strided<const T>(d));
+    return d;
+  }
+  /// The vectors of a power iteration on W in the workspace, v uploaded from the host's.
+  template <class V>
+  DeviceSingularVectors<T, Engine> singular_vectors(Strided<T> w, const V&, const V& host_v) {
+    if (Index(ws.vectors.size()) < w.rows + w.cols)
+      throw std::logic_error("matopt device optimizer: a scaling asked for singular vectors without declaring "
+                             "`static constexpr bool tracks_singular_vectors = true` (their device scratch)");
     T* u = raw(ws.vectors);
-    T* v = u + m;
-    const int iterations = S::start(st, o, n);
-    e.upload(static_cast<const T*>(st.v.data()), n, v);
-    S::power_iteration(st, iterations, DeviceSingularVectors<T, Engine>{e, Strided<const T>(w), u, v});
-    e.download(static_cast<const T*>(u), m, st.u.data());
-    e.download(static_cast<const T*>(v), n, st.v.data());
-    st.projection = T(0);
-    if (S::measures(st, o) &&
-        S::caps(st, e.bilinear(static_cast<const T*>(u), Strided<const T>(d), static_cast<const T*>(v))))
-      e.rank1(d, -st.projection, static_cast<const T*>(u), static_cast<const T*>(v));  // D <- D - c u v^T
-    DeviceScaling<Inner>::update(e, ws, w, d, g, st.inner, o.inner, lr, lambda);
+    e.upload(host_v.data(), w.cols, u + w.rows);
+    return {e, Strided<const T>(w), u, u + w.rows};
   }
 };
 
@@ -743,8 +725,8 @@ struct DeviceStepReport {
 /// `Engine` (ThrustEngine, or cuda::Engine: cuda::Optimizer). Bad input throws std::invalid_argument before anything
 /// is written, as on the host. Supported policies: momentum Ema, Sum, NoMomentum; Orthogonalize (NewtonSchulz,
 /// ExactPolar on the host), RowNormalize, ColNormalize, Identity, Sign, Adaptive, NuclearScaled and SecondMoment of
-/// those, DionPowerIteration, row blocks; Static, TrustRatio and SpectralCap. Others fail to compile. Checkpoints are
-/// interchangeable with the host optimizer's.
+/// those, DionPowerIteration, row blocks (others fail to compile); every scaling, through its own update with the
+/// device engine's operations. Checkpoints are interchangeable with the host optimizer's.
 /// @tparam HostOptimizer an Optimizer (e.g. Muon<float>).
 /// @tparam Engine ThrustEngine or cuda::Engine.
 template <class HostOptimizer, class Engine>
@@ -942,7 +924,6 @@ class DeviceOptimizer {
 
  private:
   using Precondition = detail::DevicePreconditioner<PreconditionerType>;
-  using Scale = detail::DeviceScaling<ScalingType>;
   static constexpr bool device_state = detail::device_state_v<PreconditionerType>;
   /// Preconditioners that read the raw gradient (SecondMoment: NAMO's ||G||_F) and keep a moment.
   static constexpr bool second_moment = detail::reads_gradient_v<PreconditionerType>;
@@ -984,7 +965,7 @@ class DeviceOptimizer {
       if constexpr (batched_blocks)
         if (equal_blocks(m)) engine_.template reserve_batched<T>(b.count(), b.block(m, 0).size(), n);
     }
-    Scale::reserve(ws_, options_.scaling, m, n);
+    if constexpr (detail::tracks_singular_vectors_v<ScalingType>) detail::grow(ws_.vectors, m + n);
     if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(m, n);
     if (options_.non_finite == NonFinite::Zero) detail::grow(ws_.clean, m * n);
   }
@@ -1055,7 +1036,8 @@ class DeviceOptimizer {
         engine_.copy(g, target);
     };
     const detail::Strided<T> d = precondition(state, 0, m, n, form_u, [&] { return engine_.norm(g); });
-    Scale::update(engine_, ws_, w, d, g, state.scaling, options_.scaling, lr, lambda);
+    detail::DeviceScalingEngine<T, Engine> scaling{engine_, ws_};
+    ScalingType::update(scaling, w, d, g, state.scaling, options_.scaling, lr, lambda);
     if constexpr (MomentumType::has_buffer)
       engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
   }
@@ -1134,8 +1116,11 @@ class DeviceOptimizer {
   template <class Unused = void>
   void update_block(const RowSet& b, detail::Strided<T> w, detail::Strided<T> d) {
     const auto k = ScalingType::coefficients(options_.scaling, options_.lr, options_.weight_decay, b.size(), w.cols);
-    for (Index r = 0; r < b.groups; ++r)
-      Scale::static_update(engine_, run_of(b, w, r), detail::rows_of(d, r * b.rows, b.rows), k);
+    detail::DeviceScalingEngine<T, Engine> scaling{engine_, ws_};
+    for (Index r = 0; r < b.groups; ++r) {
+      detail::Strided<T> run = run_of(b, w, r);
+      ScalingType::update_with(scaling, run, detail::rows_of(d, r * b.rows, b.rows), k);
+    }
   }
 
   /// Blocks of one shape (heads, or equal split sizes), two or more.

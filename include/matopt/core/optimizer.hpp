@@ -94,6 +94,18 @@
 namespace matopt {
 
 namespace detail {
+/// Whether S::update takes the engine first, as every optimizer calls it: update(e, w, d, g, state, options, lr,
+/// lambda) with the host engine's operations on Eigen matrices (and a device engine's on device memory).
+template <class S, class T, class = void>
+inline constexpr bool has_engine_update_v = false;
+template <class S, class T>
+inline constexpr bool has_engine_update_v<
+    S, T,
+    std::void_t<decltype(S::update(std::declval<HostEngine&>(), std::declval<DenseMap<T>&>(),
+                                   std::declval<const DenseMap<T>&>(), std::declval<const DenseMap<T>&>(),
+                                   std::declval<typename S::template State<T>&>(),
+                                   std::declval<const typename S::Options&>(), T(), T()))>> = true;
+
 /// Per-head / split orthogonalization (precondition/row_blocks.hpp), checked before a step writes anything: the
 /// rows must split as asked, and only a preconditioner that steps row blocks (Orthogonalize, SecondMoment of it)
 /// with a scaling that keeps no state takes it. Host and device optimizers.
@@ -186,6 +198,11 @@ class Optimizer {
                 "matopt::Optimizer<T, Preconditioner, ...>: the preconditioner lacks a member (see the message above)");
   static_assert(detail::check_state_hooks<Scaling, T, false>(),
                 "matopt::Optimizer<T, ..., Scaling>: the scaling's state hooks (see the message above)");
+  static_assert(detail::has_engine_update_v<Scaling, T>,
+                "matopt::Optimizer<T, ..., Scaling>: a scaling's update is `template <class T, class Engine, class W, "
+                "class D, class G> static void update(Engine& e, W& w, const D& d, const G& g, State<T>&, const "
+                "Options&, T lr, T lambda)`, written with the engine's operations (e.norm, e.update, ...; "
+                "docs/extending.md#a-new-scaling) so that it runs on every engine");
 
  public:
   /// The scalar type T.
@@ -534,7 +551,10 @@ class Optimizer {
     if constexpr (detail::splits_rows_v<Preconditioner> && std::is_empty_v<typename Scaling::template State<T>>) {
       if (options_.precondition.blocked()) return apply_blocks(w, g, state, ws, k_step);  // (check_row_blocks: no other)
     }
-    auto update = [&](const auto& d) { Scaling::update(w, d, g, state.scaling, options_.scaling, lr, lambda); };
+    auto update = [&](const auto& d) {
+      detail::HostEngine engine;
+      Scaling::update(engine, w, d, g, state.scaling, options_.scaling, lr, lambda);
+    };
     auto precondition = [&](const auto& u) {
       if constexpr (detail::reads_gradient_v<Preconditioner>)
         Preconditioner::template apply<T>(u, g, options_.precondition, ws, state.precondition, update);
@@ -570,7 +590,10 @@ class Optimizer {
       const RowSet rows = blocks.block(w.rows(), i);
       auto wb = w(rows, Eigen::all);
       const auto gb = g(rows, Eigen::all);
-      auto update = [&](const auto& d) { Scaling::update(wb, d, gb, state.scaling, options_.scaling, lr, lambda); };
+      auto update = [&](const auto& d) {
+        detail::HostEngine engine;
+        Scaling::update(engine, wb, d, gb, state.scaling, options_.scaling, lr, lambda);
+      };
       auto precondition = [&](const auto& u) {
         if constexpr (detail::has_policy_state_v<Preconditioner, T>)
           Preconditioner::template apply_block<T>(rows, w.rows(), u, gb, options_.precondition, block_ws,

@@ -114,44 +114,26 @@ struct SpectralCap {
     return Inner::effective_lr(o.inner, s.inner, lr, m, n);
   }
 
-  /// Tracks W's top singular pair, removes D's first-order growth of sigma1, then the wrapped update.
-  template <class T, class WMat, class DExpr, class GMat>
-  static void update(WMat& w, const DExpr& d, const GMat& g, State<T>& s, const Options& o, T lr, T lambda) {
-    track(w, s, o);
+  /// The singular vectors' scratch on a device engine: m + n elements of its workspace (read by DeviceOptimizer).
+  static constexpr bool tracks_singular_vectors = true;
+
+  /// Tracks W's top singular pair (power iteration warm-started from the previous v1, in the engine's memory), removes
+  /// D's first-order growth of sigma1, then the wrapped update; on any engine.
+  template <class T, class Engine, class WMat, class DMat, class GMat>
+  static void update(Engine& e, WMat& w, const DMat& d, const GMat& g, State<T>& s, const Options& o, T lr,
+                     T lambda) {
+    const int iterations = start(s, o, e.cols(w));
+    auto vec = e.singular_vectors(w, s.u, s.v);
+    power_iteration(s, iterations, vec);
+    vec.store(s.u, s.v);
     s.projection = T(0);
-    if (measures(s, o)) {
-      // c = u^T D v, one coefficient-wise pass over D (D may be an unevaluated expression).
-      const auto uv = s.u.lazyProduct(s.v.transpose());
-      if (caps(s, T(d.cwiseProduct(uv).sum()))) {
-        Inner::update(w, d - s.projection * uv, g, s.inner, o.inner, lr, lambda);
-        return;
-      }
-    }
-    Inner::update(w, d, g, s.inner, o.inner, lr, lambda);
+    if (measures(s, o) && caps(s, vec.bilinear(d)))  // c = u^T D v: one pass over D
+      Inner::update(e, w, vec.minus_rank1(d, s.projection), g, s.inner, o.inner, lr, lambda);
+    else
+      Inner::update(e, w, d, g, s.inner, o.inner, lr, lambda);
   }
 
-  /// Power iteration on W (v <- W^T W v, normalized), warm-started from the previous v1.
-  template <class T, class WMat>
-  static void track(const WMat& w, State<T>& s, const Options& o) {
-    struct HostVectors {
-      const WMat& w;
-      State<T>& s;
-      T forward() {  // u <- W v
-        s.u.noalias() = w * s.v;
-        return s.u.norm();
-      }
-      void normalize_u(T norm) { s.u /= norm; }
-      T backward() {  // v <- W^T u
-        s.v.noalias() = w.transpose() * s.u;
-        return s.v.norm();
-      }
-      void normalize_v(T norm) { s.v /= norm; }
-    };
-    power_iteration(s, start(s, o, w.cols()), HostVectors{w, s});
-  }
-
-  // The pieces of update() and track() that every backend shares (the device path, backend/
-  // device_optimizer.hpp, calls them on this State with its own vector operations).
+  // The pieces of update(), each a rule on the host State.
 
   /// The start of a step's tracking: the number of power iterations to run, power_iterations from a warm v,
   /// else initial_iterations from a fixed pseudo-random unit v written into s.v (n = W's columns).

@@ -12,7 +12,6 @@
 #include <type_traits>
 
 #include "matopt/core/detail/errors.hpp"
-#include "matopt/core/detail/traits.hpp"
 #include "matopt/scaling/shape.hpp"
 #include "matopt/scaling/step_rules.hpp"
 
@@ -79,30 +78,19 @@ struct Static {
     return {o.keep(lr, lambda), step, o.cautious() && lambda != T(0)};
   }
 
-  /// W <- keep W - step D where D . W >= 0, W - step D elsewhere: one loop in W's storage order (an Eigen
-  /// select expression per direction type cost 5 s of compile time per preset; cautious decay is opt-in).
-  template <class T, class WMat, class DExpr>
-  static void cautious_update(WMat& w, const DExpr& d, const Coefficients<T>& k) {
-    constexpr bool row_major = bool(detail::remove_cvref_t<WMat>::Flags & Eigen::RowMajorBit);
-    const Index outer = row_major ? w.rows() : w.cols(), inner = row_major ? w.cols() : w.rows();
-    for (Index o = 0; o < outer; ++o)
-      for (Index i = 0; i < inner; ++i) {
-        const Index r = row_major ? o : i, c = row_major ? i : o;
-        const T x = w(r, c), u = d(r, c);
-        w(r, c) = (x * u >= T(0) ? k.keep * x : x) - k.step * u;
-      }
+  /// W <- W (1 - lr lambda) - lr s D (or the decay form of o.weight_decay_method), on any engine. `g` is unused here.
+  template <class T, class Engine, class WMat, class DMat, class GMat>
+  static void update(Engine& e, WMat& w, const DMat& d, const GMat&, State<T>&, const Options& o, T lr, T lambda) {
+    update_with(e, w, d, coefficients(o, lr, lambda, e.rows(w), e.cols(w)));
   }
-
-  /// W <- W (1 - lr lambda) - lr s D (or the decay form of o.weight_decay_method). `g` is unused here.
-  template <class T, class WMat, class DExpr, class GMat>
-  static void update(WMat& w, const DExpr& d, const GMat&, State<T>&, const Options& o, T lr, T lambda) {
-    const Coefficients<T> k = coefficients(o, lr, lambda, w.rows(), w.cols());
+  /// W <- keep W - step D, or its cautious form (the decay only where W . D >= 0): the update with coefficients
+  /// already computed (a device row block's runs take their block's).
+  template <class T, class Engine, class WMat, class DMat>
+  static void update_with(Engine& e, WMat& w, const DMat& d, const Coefficients<T>& k) {
     if (k.cautious)
-      cautious_update(w, d, k);
-    else if (lambda != T(0))
-      w = k.keep * w - k.step * d;
+      e.cautious_update(w, k.keep, k.step, d);
     else
-      w -= k.step * d;
+      e.update(w, k.keep, k.step, d);
   }
 };
 

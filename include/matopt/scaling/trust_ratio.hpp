@@ -20,7 +20,6 @@
 #include <type_traits>
 
 #include "matopt/core/detail/errors.hpp"
-#include "matopt/core/detail/norms.hpp"
 #include "matopt/core/detail/parse.hpp"
 #include "matopt/scaling/shape.hpp"
 #include "matopt/scaling/step_rules.hpp"
@@ -164,16 +163,17 @@ struct TrustRatio {
     return r;
   }
 
-  /// W <- W - lr r (lambda W + s Q), r measured on this step's norms (ratio()).
-  template <class T, class WMat, class DExpr, class GMat>
-  static void update(WMat& w, const DExpr& q, const GMat& g, State<T>& st, const Options& o, T lr, T lambda) {
-    const Index m = w.rows(), n = w.cols();
-    const T s = T(factor(o, m, n));
-    const auto d = lambda * w + s * q;  // D' (an expression: evaluated twice, never stored)
-    const T w_norm = detail::robust_norm(w);
-    const T r = uses_g_norm ? ratio(w_norm, T(0), detail::robust_norm(g), st, o, m, n, lambda)
-                            : ratio(w_norm, detail::robust_norm(d), T(0), st, o, m, n, lambda);
-    w -= (lr * r) * d;
+  /// W <- W - lr r (lambda W + s Q), r measured on this step's norms (ratio()), on any engine.
+  template <class T, class Engine, class WMat, class QMat, class GMat>
+  static void update(Engine& e, WMat& w, const QMat& q, const GMat& g, State<T>& st, const Options& o, T lr,
+                     T lambda) {
+    const Index m = e.rows(w), n = e.cols(w);
+    // D': on the host an expression, evaluated twice and never stored; a device engine writes it over Q.
+    const auto d = e.combined(lambda, w, T(factor(o, m, n)), q);
+    const T w_norm = e.norm(w);
+    const T r = uses_g_norm ? ratio(w_norm, T(0), e.norm(g), st, o, m, n, lambda)
+                            : ratio(w_norm, e.norm(d), T(0), st, o, m, n, lambda);
+    e.update(w, T(1), lr * r, d);
   }
 };
 

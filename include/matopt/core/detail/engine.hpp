@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file
-/// Internal: the dense products of Newton–Schulz on the host, Eigen or BLAS (namespace detail only).
+/// Internal: the host engine: Newton–Schulz's dense products (Eigen or BLAS) and the scalings' updates (namespace
+/// detail only).
 // The dense products of Newton–Schulz, on contiguous matrices of either storage order (all operands of
 // one call in the same order), with the engine chosen at
 // configure time (CMake MATOPT_GEMM_ENGINE: auto, the default, takes BLAS when one is found): Eigen's own or BLAS
@@ -246,8 +247,9 @@ void copy_lower(const DenseMap<T, Order>& src, DenseMap<T, Order>& dst) {
     d.template triangularView<Eigen::Lower>() = s;
 }
 
-/// The Eigen path's engine for the backend-generic algorithms (precondition/detail/ns_algorithm.hpp): the
-/// configured GEMM engine's products on contiguous maps (M = DenseMap<T, Order>, one order per run).
+/// The host's engine for the backend-generic algorithms: Newton–Schulz (precondition/detail/ns_algorithm.hpp) and
+/// OnEngine policies with the configured GEMM engine's products on contiguous maps (M = DenseMap<T, Order>, one
+/// order per run), and every scaling's update on Eigen expressions.
 struct HostEngine {
   template <class M>
   using scalar_t = typename M::Scalar;
@@ -284,6 +286,75 @@ struct HostEngine {
     x.array().colwise() *= d.array();
     a.array().colwise() *= d.array();
     a.array().rowwise() *= d.transpose().array();
+  }
+
+  // The scaling operations (a scaling's update(e, w, d, g, ...), scaling/*.hpp), on Eigen expressions: W any
+  // writable matrix (a Map, a Block, a row block's indexed view), D and G any expressions, evaluated
+  // coefficient-wise and never stored.
+  template <class M>
+  static Index rows(const M& x) { return x.rows(); }
+  template <class M>
+  static Index cols(const M& x) { return x.cols(); }
+  /// W <- keep W - step D.
+  template <class W, class D, class T>
+  static void update(W& w, T keep, T step, const D& d) {
+    if (keep != T(1))
+      w = keep * w - step * d;
+    else
+      w -= step * d;
+  }
+  /// W <- keep W - step D where D . W >= 0, W - step D elsewhere: one loop in W's storage order (an Eigen select
+  /// expression per direction type cost 5 s of compile time per preset; cautious decay is opt-in).
+  template <class W, class D, class T>
+  static void cautious_update(W& w, T keep, T step, const D& d) {
+    constexpr bool row_major = bool(W::Flags & Eigen::RowMajorBit);
+    const Index outer = row_major ? w.rows() : w.cols(), inner = row_major ? w.cols() : w.rows();
+    for (Index o = 0; o < outer; ++o)
+      for (Index i = 0; i < inner; ++i) {
+        const Index r = row_major ? o : i, c = row_major ? i : o;
+        const T x = w(r, c), u = d(r, c);
+        w(r, c) = (x * u >= T(0) ? keep * x : x) - step * u;
+      }
+  }
+  /// a W + b D, an expression (a device engine writes it over D).
+  template <class W, class D, class T>
+  static auto combined(T a, const W& w, T b, const D& d) {
+    return a * w + b * d;
+  }
+  /// A power iteration's vectors u (W's rows) and v (its columns), here the caller's own (SpectralCap's State).
+  template <class W, class V>
+  struct Vectors {
+    const W& w;
+    V& u;
+    V& v;
+    using T = typename V::Scalar;
+    T forward() {  // u <- W v
+      u.noalias() = w * v;
+      return u.norm();
+    }
+    void normalize_u(T norm) { u /= norm; }
+    T backward() {  // v <- W^T u
+      v.noalias() = w.transpose() * u;
+      return v.norm();
+    }
+    void normalize_v(T norm) { v /= norm; }
+    /// Copies u and v back to the caller's vectors (nothing to do here).
+    void store(V&, V&) const {}
+    /// u^T D v, one coefficient-wise pass over D.
+    template <class D>
+    T bilinear(const D& d) const {
+      return T(d.cwiseProduct(u.lazyProduct(v.transpose())).sum());
+    }
+    /// D - c u v^T, an expression.
+    template <class D>
+    auto minus_rank1(const D& d, T c) const {
+      return d - c * u.lazyProduct(v.transpose());
+    }
+  };
+  /// The vectors of a power iteration on W, starting from v (u sized as W's rows).
+  template <class W, class V>
+  static Vectors<W, V> singular_vectors(const W& w, V& u, V& v) {
+    return {w, u, v};
   }
 };
 
