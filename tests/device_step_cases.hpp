@@ -12,7 +12,10 @@
 //                              the odd shapes (1 x n, n x 1, empty, tall, wide) and any of the engine's
 //                              kernel paths.
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -25,6 +28,38 @@
 #include "test_support.hpp"
 
 namespace matopt::test::cases {
+
+/// A scaling of one's own, written once with the engine's operations (docs/extending.md#a-new-scaling): D's
+/// direction with G's Frobenius norm, W <- (1 - lr lambda) W - lr (||G|| / max(||D||, eps)) D.
+struct GraftToGradient {
+  struct Options {
+    double eps = 1e-12;
+  };
+  template <class T>
+  struct State {
+    T last_ratio = T(1);
+    template <class F>
+    void fields(F&& f) {
+      f("last_ratio", last_ratio);
+    }
+  };
+  static constexpr const char* name() { return "GraftToGradient"; }
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("graft_eps", o.eps, checks::Positive{}, "the floor of ||D||_F in the ratio");
+  }
+  static double factor(const Options&, Index, Index) { return 1.0; }
+  template <class T>
+  static T effective_lr(const Options&, const State<T>& st, T lr, Index, Index) {
+    return lr * st.last_ratio;
+  }
+  template <class T, class Engine, class W, class D, class G>
+  static void update(Engine& e, W& w, const D& d, const G& g, State<T>& st, const Options& o, T lr, T lambda) {
+    const T ratio = e.norm(g) / std::max(e.norm(d), T(o.eps));
+    st.last_ratio = ratio;
+    e.update(w, T(1) - lr * lambda, lr * ratio, d);
+  }
+};
 
 /// Opt on the backend against the host on every shape of Backend::shapes().
 template <class Opt>
@@ -89,6 +124,38 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": compositions (Gram NS, plain NS, LARS, unfu
   SUBCASE("sign descent without momentum; identity with momentum") {
     compare_all_shapes<Optimizer<T, Sign, NoMomentum, Static<shape::Unit>>>();
     compare_all_shapes<Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<shape::Spectral>>>();
+  }
+  SUBCASE("a scaling of one's own, written once (GraftToGradient, docs/extending.md)") {
+    // One step against the closed form, computed here in double: U = G (Sum from zero), D = G's rows normalized
+    // (||D||_F = sqrt(m)), W1 = (1 - lr lambda) W0 - lr (||G||_F / sqrt(m)) D.
+    using Opt = Optimizer<T, RowNormalize, Momentum<Sum, Plain>, test::cases::GraftToGradient>;
+    typename Opt::Options o;
+    o.lr = T(0.1);
+    o.weight_decay = T(0.01);
+    for (const auto& shape : std::vector<std::pair<Index, Index>>{{20, 12}, {12, 28}, {16, 16}})
+      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+        const Index m = shape.first, n = shape.second;
+        const std::string order = matopt::detail::layout_name(layout);
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(order);
+        const Eigen::MatrixXd w0 = test::randn<Eigen::MatrixXd>(m, n, 7), g = test::randn<Eigen::MatrixXd>(m, n, 8);
+        const Eigen::MatrixXd gd = g.template cast<T>().template cast<double>();
+        const Eigen::MatrixXd d = gd.rowwise().norm().cwiseInverse().asDiagonal() * gd;
+        const Eigen::MatrixXd want = (1 - 0.1 * 0.01) * w0.template cast<T>().template cast<double>() -
+                                     0.1 * (gd.norm() / std::sqrt(double(m))) * d;
+        auto dev = test::Backend::template optimizer<Opt>(o);
+        DeviceMatrix<T> dw(m, n, layout), dg(m, n, layout);
+        dw.assign(w0.template cast<T>());
+        dg.assign(g.template cast<T>());
+        auto ds = dev.make_state(dw);
+        test::Backend::before_step(dev);
+        dev.step(dw, dg, ds);
+        CHECK(test::rel_error(to_host(dw).template cast<double>(), want) <= (std::is_same_v<T, float> ? 1e-6 : 1e-14));
+        CHECK(double(ds.scaling.last_ratio) == doctest::Approx(gd.norm() / std::sqrt(double(m))).epsilon(1e-6));
+      }
+    // Three steps against the host, every shape (W and the state).
+    compare_all_shapes<Opt>(o);
   }
 }
 
