@@ -61,6 +61,30 @@ struct GraftToGradient {
   }
 };
 
+/// A scaling of one's own that keeps no state, so row blocks take it: W <- (1 - lr lambda) W - lr sqrt(m n) D /
+/// max(||D||_F, eps), each row block with its own shape and norm (a split_groups block's runs together).
+struct UnitRmsStep {
+  struct Options {};
+  template <class T>
+  struct State {
+    template <class F>
+    void fields(F&&) {}
+  };
+  static constexpr const char* name() { return "UnitRmsStep"; }
+  template <class O, class D>
+  static void describe(O&, D&) {}
+  static double factor(const Options&, Index, Index) { return 1.0; }
+  template <class T>
+  static T effective_lr(const Options&, const State<T>&, T lr, Index, Index) {
+    return lr;
+  }
+  template <class T, class Engine, class W, class D, class G>
+  static void update(Engine& e, W& w, const D& d, const G&, State<T>&, const Options&, T lr, T lambda) {
+    const T step = lr * std::sqrt(T(e.rows(w)) * T(e.cols(w))) / std::max(e.norm(d), T(1e-12));
+    e.update(w, T(1) - lr * lambda, step, d);
+  }
+};
+
 /// Opt on the backend against the host on every shape of Backend::shapes().
 template <class Opt>
 DeviceDifferences compare_all_shapes(const typename Opt::Options& options = {}, const GradientFn& gradient = {}) {
@@ -156,6 +180,18 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": compositions (Gram NS, plain NS, LARS, unfu
       }
     // Three steps against the host, every shape (W and the state).
     compare_all_shapes<Opt>(o);
+  }
+  SUBCASE("a scaling of one's own without state, on row blocks (heads; Megatron's split_groups, gathered)") {
+    using Opt = Optimizer<T, Orthogonalize<>, Momentum<Ema, Nesterov>, test::cases::UnitRmsStep>;
+    typename Opt::Options heads;
+    heads.weight_decay = T(0.01);
+    heads.precondition.heads = 4;
+    test::compare_on<test::Backend, Opt>(heads, {{16, 12}, {12, 28}, {16, 16}});
+    typename Opt::Options groups = heads;
+    groups.precondition.heads = 1;
+    groups.precondition.split_sizes = {4, 2, 2};
+    groups.precondition.split_groups = 2;
+    test::compare_on<test::Backend, Opt>(groups, {{16, 12}, {16, 28}});
   }
 }
 

@@ -139,6 +139,7 @@ struct DeviceWorkspace {
   thrust::device_vector<T> u2;       ///< NuclearScaled, NAMO: U formed again after the inner preconditioner
   thrust::device_vector<T> gram;     ///< Adaptive: the k x k Gram of U
   thrust::device_vector<T> vectors;  ///< SpectralCap: u (m elements), then v (n)
+  thrust::device_vector<T> block_w, block_g;  ///< a split_groups row block gathered for a scaling's own update
   DiagonalDominanceWorkspace<T> dominance;  ///< Adaptive: host memory for the Gram's statistics (not in bytes())
   Buffer<T> host_u;                          ///< ExactPolar: U in host memory (not in bytes())
   ExactPolar::Workspace<T> polar;            ///< ExactPolar: the host SVD's buffers (not in bytes())
@@ -147,7 +148,7 @@ struct DeviceWorkspace {
   /// Device bytes.
   std::size_t bytes() const {
     return (u.size() + x.size() + y.size() + a.size() + b.size() + q.size() + t.size() + scale.size() +
-            clean.size() + u2.size() + gram.size() + vectors.size()) *
+            clean.size() + u2.size() + gram.size() + vectors.size() + block_w.size() + block_g.size()) *
            sizeof(T);
   }
 };
@@ -666,10 +667,10 @@ template <class S>
 inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::tracks_singular_vectors)>> =
     S::tracks_singular_vectors;
 
-/// The scaling operations on a device engine, for the scalings' own update(e, w, d, g, ...) (the host's are
+/// The scaling operations on a device engine, for the scaling S's own update(e, w, d, g, ...) (the host's are
 /// HostEngine's, core/detail/engine.hpp): W, D and G in device memory, D a workspace view that `combined` and
 /// `minus_rank1` overwrite, and the singular vectors in the workspace.
-template <class T, class Engine>
+template <class T, class Engine, class S>
 struct DeviceScalingEngine {
   Engine& e;
   DeviceWorkspace<T>& ws;
@@ -680,22 +681,21 @@ struct DeviceScalingEngine {
   template <class U>
   T norm(Strided<U> x) { return e.norm(Strided<const T>(x)); }
   /// W <- keep W - step D.
-  void update(Strided<T> w, T keep, T step, Strided<T> d) { e.update(w, keep, step, Strided<const T>(d)); }
+  void update(Strided<T> w, T keep, T step, Strided<const T> d) { e.update(w, keep, step, d); }
   /// W <- keep W - step D where D . W >= 0, W - step D elsewhere.
-  void cautious_update(Strided<T> w, T keep, T step, Strided<T> d) {
-    e.cautious_update(w, keep, step, Strided<const T>(d));
-  }
+  void cautious_update(Strided<T> w, T keep, T step, Strided<const T> d) { e.cautious_update(w, keep, step, d); }
   /// a W + b D, written over D.
-  Strided<T> combined(T a, Strided<T> w, T b, Strided<T> d) {
-    e.combine(d, a, Strided<const T>(w), b, Strided<const T>(d));
+  Strided<T> combined(T a, Strided<const T> w, T b, Strided<T> d) {
+    e.combine(d, a, w, b, Strided<const T>(d));
     return d;
   }
   /// The vectors of a power iteration on W in the workspace, v uploaded from the host's.
   template <class V>
   DeviceSingularVectors<T, Engine> singular_vectors(Strided<T> w, const V&, const V& host_v) {
-    if (Index(ws.vectors.size()) < w.rows + w.cols)
-      throw std::logic_error("matopt device optimizer: a scaling asked for singular vectors without declaring "
-                             "`static constexpr bool tracks_singular_vectors = true` (their device scratch)");
+    static_assert(tracks_singular_vectors_v<S>,
+                  "matopt::DeviceOptimizer: a scaling that calls e.singular_vectors declares `static constexpr bool "
+                  "tracks_singular_vectors = true;` (their m + n elements of device scratch; a scaling wrapping "
+                  "SpectralCap too)");
     T* u = raw(ws.vectors);
     e.upload(host_v.data(), w.cols, u + w.rows);
     return {e, Strided<const T>(w), u, u + w.rows};
@@ -927,7 +927,9 @@ class DeviceOptimizer {
   static constexpr bool device_state = detail::device_state_v<PreconditionerType>;
   /// Preconditioners that read the raw gradient (SecondMoment: NAMO's ||G||_F) and keep a moment.
   static constexpr bool second_moment = detail::reads_gradient_v<PreconditionerType>;
-  /// Per-head / split row blocks (row_blocks.hpp), taken with a Static scaling only (check_row_blocks).
+  /// The scaling's engine operations.
+  using Scaling = detail::DeviceScalingEngine<T, Engine, ScalingType>;
+  /// Per-head / split row blocks (row_blocks.hpp), taken with a scaling that keeps no state (check_row_blocks).
   static constexpr bool splits_rows =
       detail::splits_rows_v<PreconditionerType> && std::is_empty_v<typename ScalingType::template State<T>>;
   /// Blocks of one shape orthogonalized together: an engine with batched Newton-Schulz and a Newton-Schulz
@@ -961,6 +963,11 @@ class DeviceOptimizer {
           if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(r.size(), n);
         });
         ws_.host_norms.reserve(b.split_groups);  // >= 1
+        if constexpr (!detail::has_fused_step_v<ScalingType>)
+          if (b.split_groups > 1) {  // update_block gathers a block's runs
+            detail::grow(ws_.block_w, m * n);
+            detail::grow(ws_.block_g, m * n);
+          }
       }
       if constexpr (batched_blocks)
         if (equal_blocks(m)) engine_.template reserve_batched<T>(b.count(), b.block(m, 0).size(), n);
@@ -1036,7 +1043,7 @@ class DeviceOptimizer {
         engine_.copy(g, target);
     };
     const detail::Strided<T> d = precondition(state, 0, m, n, form_u, [&] { return engine_.norm(g); });
-    detail::DeviceScalingEngine<T, Engine> scaling{engine_, ws_};
+    Scaling scaling{engine_, ws_};
     ScalingType::update(scaling, w, d, g, state.scaling, options_.scaling, lr, lambda);
     if constexpr (MomentumType::has_buffer)
       engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
@@ -1080,7 +1087,7 @@ class DeviceOptimizer {
       const RowSet b = blocks.block(w.rows, i);
       const detail::Strided<T> d = precondition(state, offset, b.size(), n, block_u(b, g, v), block_g_norm(b, g));
       if constexpr (second_moment) offset += PreconditionerType::block_state_size(b.size(), n);
-      update_block(b, w, d);
+      update_block(b, w, g, d, state);
     }
     if constexpr (MomentumType::has_buffer)
       engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
@@ -1112,14 +1119,38 @@ class DeviceOptimizer {
       return detail::robust_norm(norms);
     };
   }
-  /// W_b <- the Static update of block b's shape with D_b (its runs from D's rows, in order).
+  /// W_b <- the scaling's update of block b as a parameter of the block's shape, with D_b (its runs from D's rows, in
+  /// order) and G_b. A block of one run is a view of W and G. The runs of a split_groups block take the coefficients
+  /// of the block's shape run by run when the update is W <- keep W - step D (has_fused_step: Static), and are
+  /// otherwise gathered into the workspace, updated there and written back.
   template <class Unused = void>
-  void update_block(const RowSet& b, detail::Strided<T> w, detail::Strided<T> d) {
-    const auto k = ScalingType::coefficients(options_.scaling, options_.lr, options_.weight_decay, b.size(), w.cols);
-    detail::DeviceScalingEngine<T, Engine> scaling{engine_, ws_};
-    for (Index r = 0; r < b.groups; ++r) {
-      detail::Strided<T> run = run_of(b, w, r);
-      ScalingType::update_with(scaling, run, detail::rows_of(d, r * b.rows, b.rows), k);
+  void update_block(const RowSet& b, detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> d,
+                    State& state) {
+    Scaling scaling{engine_, ws_};
+    const T lr = options_.lr, lambda = options_.weight_decay;
+    if (b.groups == 1) {
+      detail::Strided<T> wb = detail::rows_of(w, b.first, b.rows);
+      ScalingType::update(scaling, wb, d, detail::rows_of(g, b.first, b.rows), state.scaling, options_.scaling, lr,
+                          lambda);
+    } else if constexpr (detail::has_fused_step_v<ScalingType>) {
+      const auto k = ScalingType::coefficients(options_.scaling, lr, lambda, b.size(), w.cols);
+      for (Index r = 0; r < b.groups; ++r) {
+        const detail::Strided<const T> dr = detail::rows_of(d, r * b.rows, b.rows);
+        if (k.cautious)
+          scaling.cautious_update(run_of(b, w, r), k.keep, k.step, dr);
+        else
+          scaling.update(run_of(b, w, r), k.keep, k.step, dr);
+      }
+    } else {
+      detail::Strided<T> wb = detail::strided(detail::raw(ws_.block_w), b.size(), w.cols, state.layout);
+      const detail::Strided<T> gb = detail::strided(detail::raw(ws_.block_g), b.size(), w.cols, state.layout);
+      for (Index r = 0; r < b.groups; ++r) {
+        engine_.copy(detail::Strided<const T>(run_of(b, w, r)), detail::rows_of(wb, r * b.rows, b.rows));
+        engine_.copy(run_of(b, g, r), detail::rows_of(gb, r * b.rows, b.rows));
+      }
+      ScalingType::update(scaling, wb, d, detail::Strided<const T>(gb), state.scaling, options_.scaling, lr, lambda);
+      for (Index r = 0; r < b.groups; ++r)
+        engine_.copy(detail::Strided<const T>(detail::rows_of(wb, r * b.rows, b.rows)), run_of(b, w, r));
     }
   }
 
@@ -1161,7 +1192,7 @@ class DeviceOptimizer {
                              state.layout, block_u(b, g, v));
         offset += PreconditionerType::block_state_size(mb, n);
       }
-      update_block(b, w, d);
+      update_block(b, w, g, d, state);
     }
   }
 

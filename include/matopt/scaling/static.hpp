@@ -81,12 +81,7 @@ struct Static {
   /// W <- W (1 - lr lambda) - lr s D (or the decay form of o.weight_decay_method), on any engine. `g` is unused here.
   template <class T, class Engine, class WMat, class DMat, class GMat>
   static void update(Engine& e, WMat& w, const DMat& d, const GMat&, State<T>&, const Options& o, T lr, T lambda) {
-    update_with(e, w, d, coefficients(o, lr, lambda, e.rows(w), e.cols(w)));
-  }
-  /// W <- keep W - step D, or its cautious form (the decay only where W . D >= 0): the update with coefficients
-  /// already computed (a device row block's runs take their block's).
-  template <class T, class Engine, class WMat, class DMat>
-  static void update_with(Engine& e, WMat& w, const DMat& d, const Coefficients<T>& k) {
+    const Coefficients<T> k = coefficients(o, lr, lambda, e.rows(w), e.cols(w));
     if (k.cautious)
       e.cautious_update(w, k.keep, k.step, d);
     else

@@ -296,17 +296,18 @@ struct HostEngine {
   template <class M>
   static Index cols(const M& x) { return x.cols(); }
   /// W <- keep W - step D.
-  template <class W, class D, class T>
-  static void update(W& w, T keep, T step, const D& d) {
-    if (keep != T(1))
+  template <class W, class D>
+  static void update(W& w, typename W::Scalar keep, typename W::Scalar step, const D& d) {
+    if (keep != typename W::Scalar(1))
       w = keep * w - step * d;
     else
       w -= step * d;
   }
   /// W <- keep W - step D where D . W >= 0, W - step D elsewhere: one loop in W's storage order (an Eigen select
   /// expression per direction type cost 5 s of compile time per preset; cautious decay is opt-in).
-  template <class W, class D, class T>
-  static void cautious_update(W& w, T keep, T step, const D& d) {
+  template <class W, class D>
+  static void cautious_update(W& w, typename W::Scalar keep, typename W::Scalar step, const D& d) {
+    using T = typename W::Scalar;
     constexpr bool row_major = bool(W::Flags & Eigen::RowMajorBit);
     const Index outer = row_major ? w.rows() : w.cols(), inner = row_major ? w.cols() : w.rows();
     for (Index o = 0; o < outer; ++o)
@@ -316,9 +317,9 @@ struct HostEngine {
         w(r, c) = (x * u >= T(0) ? keep * x : x) - step * u;
       }
   }
-  /// a W + b D, an expression (a device engine writes it over D).
-  template <class W, class D, class T>
-  static auto combined(T a, const W& w, T b, const D& d) {
+  /// a W + b D, an expression of W and D, read when it is evaluated (a device engine writes it over D instead).
+  template <class W, class D>
+  static auto combined(typename W::Scalar a, const W& w, typename W::Scalar b, const D& d) {
     return a * w + b * d;
   }
   /// A power iteration's vectors u (W's rows) and v (its columns), here the caller's own (SpectralCap's State).
