@@ -63,7 +63,7 @@
 /// - `State<T>`: per-parameter state (Optimizer::State::scaling; empty for Static), with `fields(f)` for
 ///   checkpoints; `init_state(state, m, n)`, where declared, sizes it.
 /// - `update(e, w, d, g, state, o, lr, lambda)`: applies D to W with learning rate lr and weight decay lambda, written
-///   once with the operations of the engine e (the host's, or a device engine's; docs/extending.md#a-new-scaling).
+///   once with the operations of the engine e (the host's, or a device engine's; `docs/extending.md#a-new-scaling`).
 /// - `effective_lr(o, state, lr, m, n)`: the per-parameter learning rate the update uses (Optimizer::effective_lr).
 /// - Optional: `has_fused_step` and `coefficients(o, lr, lambda, m, n)`, the update as W <- keep W - step D.
 ///
