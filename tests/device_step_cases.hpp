@@ -85,6 +85,37 @@ struct UnitRmsStep {
   }
 };
 
+/// A second moment of one's own, written once with the engine's operations (docs/extending.md#a-new-second-moment):
+/// per column j of D, S_j <- b S_j + (1 - b) ||D_:j||^2 and D'_:j = D_:j / (sqrt(S_j) + eps), then D' rescaled to
+/// ||U||_F / (||D'||_F + eps). S and the factors on the host; ||U||_F from the driver.
+struct ColumnMoment {
+  struct Options {
+    double beta2 = 0.9;
+    double eps = 1e-8;
+  };
+  static constexpr const char* name() { return "ColumnMoment"; }
+  static constexpr bool sign_input = false;
+  static constexpr bool engine_state = false;
+  static constexpr bool reads_input_norm = true;
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("column_beta2", o.beta2, checks::UnitInterval{}, "beta2 of the column moment");
+  }
+  static Index state_size(Index, Index n) { return n; }
+  static Index workspace_size(Index, Index n) { return n; }
+  template <class T, class E, class D, class GNorm, class UNorm, class Sink>
+  static void apply(E& e, const D& d, const Options& o, T* s, T* f, GNorm&&, UNorm&& u_norm, Sink&& sink) {
+    e.line_squared_norms(d, false, f);
+    for (Index j = 0; j < e.cols(d); ++j) {
+      s[j] = T(o.beta2) * s[j] + T(1 - o.beta2) * f[j];
+      f[j] = T(1) / (std::sqrt(s[j]) + T(o.eps));
+    }
+    const T u = T(u_norm());
+    e.scale_lines(d, false, static_cast<const T*>(f),
+                  [&](const auto& x) { e.scaled(x, u / (e.norm(x) + T(o.eps)), sink); });
+  }
+};
+
 /// Opt on the backend against the host on every shape of Backend::shapes().
 template <class Opt>
 DeviceDifferences compare_all_shapes(const typename Opt::Options& options = {}, const GradientFn& gradient = {}) {
@@ -193,6 +224,47 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": compositions (Gram NS, plain NS, LARS, unfu
     groups.precondition.split_groups = 2;
     test::compare_on<test::Backend, Opt>(groups, {{16, 12}, {16, 28}});
   }
+  SUBCASE("a second moment of one's own, written once (ColumnMoment, docs/extending.md)") {
+    // One step against the closed form, computed here in double: U = D = G (Identity, Sum from zero),
+    // S_j = (1 - b) ||G_:j||^2, D'_:j = G_:j / (sqrt(S_j) + eps), D'' = D' ||G||_F / (||D'||_F + eps),
+    // W1 = W0 - lr D''.
+    using Opt =
+        Optimizer<T, SecondMoment<Identity, test::cases::ColumnMoment>, Momentum<Sum, Plain>, Static<shape::Unit>>;
+    typename Opt::Options o;
+    o.lr = T(0.1);
+    for (const auto& shape : std::vector<std::pair<Index, Index>>{{20, 12}, {12, 28}, {16, 16}})
+      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+        const Index m = shape.first, n = shape.second;
+        const std::string order = matopt::detail::layout_name(layout);
+        CAPTURE(m);
+        CAPTURE(n);
+        CAPTURE(order);
+        const Eigen::MatrixXd w0 = test::randn<Eigen::MatrixXd>(m, n, 7), g = test::randn<Eigen::MatrixXd>(m, n, 8);
+        const Eigen::MatrixXd gd = g.template cast<T>().template cast<double>();
+        const Eigen::VectorXd s = 0.1 * gd.colwise().squaredNorm().transpose();
+        const Eigen::MatrixXd d1 = gd * (s.cwiseSqrt().array() + 1e-8).inverse().matrix().asDiagonal();
+        const Eigen::MatrixXd want =
+            w0.template cast<T>().template cast<double>() - 0.1 * (gd.norm() / (d1.norm() + 1e-8)) * d1;
+        auto dev = test::Backend::template optimizer<Opt>(o);
+        DeviceMatrix<T> dw(m, n, layout), dg(m, n, layout);
+        dw.assign(w0.template cast<T>());
+        dg.assign(g.template cast<T>());
+        auto ds = dev.make_state(dw);
+        test::Backend::before_step(dev);
+        dev.step(dw, dg, ds);
+        const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+        CHECK(test::rel_error(to_host(dw).template cast<double>(), want) <= tol);
+        CHECK(test::rel_error(ds.precondition.second_moment.template cast<double>(), s) <= tol);
+      }
+    // Three steps against the host, every shape (W and S); per-head blocks of an Orthogonalize inner.
+    compare_all_shapes<Opt>(o);
+    using Heads = Optimizer<T, SecondMoment<Orthogonalize<>, test::cases::ColumnMoment>, Momentum<Ema, Nesterov>,
+                            Static<shape::Spectral>>;
+    typename Heads::Options heads;
+    heads.precondition.heads = 4;
+    test::compare_on<test::Backend, Heads>(heads, {{16, 12}, {12, 28}, {16, 16}});
+  }
+
 }
 
 TEST_CASE_TEMPLATE(MATOPT_BACKEND ": extreme magnitudes and zero gradients give no NaN", T, float, double) {

@@ -17,7 +17,7 @@
 // and SecondMoment<Inner, Moment> (NorMuon, AdaMuon, NAMO) of those; DionPowerIteration (Dion); per-head / split
 // row blocks (heads, split_sizes, split_groups). Any other preconditioner is a compile-time error (a static_assert
 // names the device policies). Every scaling (Static, TrustRatio, SpectralCap, a user's) runs its own update(e, ...)
-// with DeviceScalingEngine's operations.
+// with DevicePolicyEngine's operations, and so does every second moment (NorMuon, AdaMuon, NAMO, a user's).
 //   SecondMoment: the moments' scalar rules are the host's (second_moment.hpp). NorMuon's S (one entry per row or
 //     column) and NAMO's (one scalar) stay in the host State: each step downloads the k squared line norms and
 //     uploads k factors (k = m or n). AdaMuon's S (m n entries) lives in device memory (State::moment) and is
@@ -405,94 +405,121 @@ struct DevicePreconditioner<NuclearScaled<Inner>> {
   }
 };
 
-/// Where a SecondMoment's S lies for one parameter (or row block): host memory (NorMuon, NAMO) or device memory
-/// (AdaMuon); the other pointer is null.
-template <class T>
-struct MomentSlot {
-  T* host = nullptr;
-  T* device = nullptr;
-};
-
-/// Scales each row of x by a factor computed on the host from the rows' squared norms: the k squared norms
-/// downloaded into ws.host_lines, turned into k factors in place by factors(values, k), uploaded into ws.scale and
-/// applied (NorMuon's line factors, Dion's column divisors). ws.scale and ws.host_lines hold k elements.
-template <class T, class Engine, class Factors>
-void scale_rows_from_host(Engine& e, DeviceWorkspace<T>& ws, Strided<T> x, Factors&& factors) {
-  const Index k = x.rows;
-  T* f = raw(ws.scale);
-  e.row_squared_norms(Strided<const T>(x), f);
-  e.download(static_cast<const T*>(f), k, ws.host_lines.data());
-  factors(ws.host_lines.data(), k);
-  e.upload(static_cast<const T*>(ws.host_lines.data()), k, f);
-  e.scale_rows(x, static_cast<const T*>(f));
-}
-
-/// How each second moment (second_moment.hpp) runs on a device engine: reserve(ws, m, n) and
-/// apply(engine, ws, options, d, slot, g_norm, layout, form_u), turning the inner preconditioner's D (a dense
-/// workspace view) into D' in place; g_norm() gives ||G||_F of the parameter (or block), form_u(target) U.
-template <class Moment>
-struct DeviceMoment;
-
-/// NorMuon: the k squared line norms on the device, S and the factors by the host's line_factors, k factors back.
-template <>
-struct DeviceMoment<moments::NorMuon> {
-  using M = moments::NorMuon;
-  static constexpr bool device_state = false;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, Index m, Index n) {
-    const Index k = m > n ? m : n;
-    grow(ws.scale, k);
-    ws.host_lines.reserve(k);
+/// A power iteration's vectors in device memory (SpectralCap's power_iteration interface): u (w.rows elements) and v
+/// (w.cols) in the workspace, v uploaded from the host State's and both stored back into it after the iteration.
+template <class T, class Engine>
+struct DeviceSingularVectors {
+  Engine& e;
+  Strided<const T> w;
+  T* u;
+  T* v;
+  T forward() {  // u <- W v
+    e.gemv(T(1), w, static_cast<const T*>(v), T(0), u);
+    return e.norm(col_major(static_cast<const T*>(u), w.rows, 1));
   }
-  template <class T, class Engine, class GNorm, class FormU>
-  static void apply(Engine& e, DeviceWorkspace<T>& ws, const M::Options& o, Strided<T> d, MomentSlot<T> s, GNorm&&,
-                    Layout, FormU&&) {
-    const Strided<T> lines = M::per_row(o, d.rows, d.cols) ? d : d.t();
-    scale_rows_from_host(e, ws, lines, [&](T* v, Index k) { M::line_factors(o, s.host, v, k, lines.cols); });
+  void normalize_u(T norm) { e.scale(col_major(u, w.rows, 1), T(1) / norm); }
+  T backward() {  // v <- W^T u
+    e.gemv(T(1), w.t(), static_cast<const T*>(u), T(0), v);
+    return e.norm(col_major(static_cast<const T*>(v), w.cols, 1));
+  }
+  void normalize_v(T norm) { e.scale(col_major(v, w.cols, 1), T(1) / norm); }
+  /// Downloads u and v into the host vectors (m + n elements).
+  template <class V>
+  void store(V& host_u, V& host_v) const {
+    e.download(static_cast<const T*>(u), w.rows, host_u.data());
+    e.download(static_cast<const T*>(v), w.cols, host_v.data());
+  }
+  /// u^T D v.
+  T bilinear(Strided<T> d) const {
+    return e.bilinear(static_cast<const T*>(u), Strided<const T>(d), static_cast<const T*>(v));
+  }
+  /// D <- D - c u v^T, in place.
+  Strided<T> minus_rank1(Strided<T> d, T c) const {
+    e.rank1(d, -c, static_cast<const T*>(u), static_cast<const T*>(v));
+    return d;
   }
 };
 
-/// AdaMuon: S (in W's storage order, device memory) and D / (sqrt(S) + eps) in one element-wise pass, then the
-/// host's rescale to the target RMS.
-template <>
-struct DeviceMoment<moments::AdaMuon> {
-  using M = moments::AdaMuon;
-  static constexpr bool device_state = true;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>&, Index, Index) {}
-  template <class T, class Engine, class GNorm, class FormU>
-  static void apply(Engine& e, DeviceWorkspace<T>&, const M::Options& o, Strided<T> d, MomentSlot<T> s, GNorm&&,
-                    Layout layout, FormU&&) {
-    e.moment_normalize(d, strided(s.device, d.rows, d.cols, layout), T(o.beta2), T(o.eps));
-    e.scale(d, M::rescale<T>(o, e.norm(Strided<const T>(d)), d.rows, d.cols));
+/// Scalings that declare `tracks_singular_vectors = true` (SpectralCap) get m + n elements of device scratch.
+template <class S, class = void>
+inline constexpr bool tracks_singular_vectors_v = false;
+template <class S>
+inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::tracks_singular_vectors)>> =
+    S::tracks_singular_vectors;
+
+/// The policies' operations on a device engine (the host's are HostEngine's, core/detail/engine.hpp): a scaling S's
+/// own update(e, w, d, g, ...) and a second moment's apply(e, d, ...), with W, D and G in device memory, D a
+/// workspace view that `combined`, `minus_rank1` and the moments' operations overwrite, and scratch in the workspace.
+template <class T, class Engine, class S = void>
+struct DevicePolicyEngine {
+  Engine& e;
+  DeviceWorkspace<T>& ws;
+  Layout layout;  ///< W's storage order (AdaMuon's S)
+  template <class U>
+  static Index rows(const Strided<U>& x) { return x.rows; }
+  template <class U>
+  static Index cols(const Strided<U>& x) { return x.cols; }
+  template <class U>
+  T norm(Strided<U> x) { return e.norm(Strided<const T>(x)); }
+  /// W <- keep W - step D.
+  void update(Strided<T> w, T keep, T step, Strided<const T> d) { e.update(w, keep, step, d); }
+  /// W <- keep W - step D where D . W >= 0, W - step D elsewhere.
+  void cautious_update(Strided<T> w, T keep, T step, Strided<const T> d) { e.cautious_update(w, keep, step, d); }
+  /// a W + b D, written over D.
+  Strided<T> combined(T a, Strided<const T> w, T b, Strided<T> d) {
+    e.combine(d, a, w, b, Strided<const T>(d));
+    return d;
+  }
+  /// The vectors of a power iteration on W in the workspace, v uploaded from the host's.
+  template <class V>
+  DeviceSingularVectors<T, Engine> singular_vectors(Strided<T> w, const V&, const V& host_v) {
+    static_assert(tracks_singular_vectors_v<S>,
+                  "matopt::DeviceOptimizer: a scaling that calls e.singular_vectors declares `static constexpr bool "
+                  "tracks_singular_vectors = true;` (their m + n elements of device scratch; a scaling wrapping "
+                  "SpectralCap too)");
+    T* u = raw(ws.vectors);
+    e.upload(host_v.data(), w.cols, u + w.rows);
+    return {e, Strided<const T>(w), u, u + w.rows};
+  }
+
+  // The second moments' operations (moments::*::apply, precondition/second_moment.hpp): D changed in place, then
+  // passed to sink; f points at host memory (k line statistics go through ws.scale each way).
+  /// The squared norms of D's rows (rows) or columns, downloaded into f.
+  void line_squared_norms(Strided<T> d, bool rows, T* f) {
+    const Strided<T> lines = rows ? d : d.t();
+    e.row_squared_norms(Strided<const T>(lines), raw(ws.scale));
+    e.download(static_cast<const T*>(raw(ws.scale)), lines.rows, f);
+  }
+  /// Row i (rows) or column i of D times f[i], f uploaded; then sink(D).
+  template <class Sink>
+  void scale_lines(Strided<T> d, bool rows, const T* f, Sink&& sink) {
+    const Strided<T> lines = rows ? d : d.t();
+    e.upload(f, lines.rows, raw(ws.scale));
+    e.scale_rows(lines, static_cast<const T*>(raw(ws.scale)));
+    sink(d);
+  }
+  /// S <- b S + (1 - b) D.D (S at s in device memory, in W's storage order), D <- D / (sqrt(S) + eps); then sink(D).
+  template <class Sink>
+  void moment_normalized(Strided<T> d, T* s, T b, T eps, Sink&& sink) {
+    e.moment_normalize(d, strided(s, d.rows, d.cols, layout), b, eps);
+    sink(d);
+  }
+  /// D <- c D; then sink(D).
+  template <class Sink>
+  void scaled(Strided<T> d, T c, Sink&& sink) {
+    e.scale(d, c);
+    sink(d);
   }
 };
 
-/// NAMO: ||G||_F and ||U||_F (U formed again into ws.u2) on the device, S and the factor by the host's scale.
-template <>
-struct DeviceMoment<moments::Namo> {
-  using M = moments::Namo;
-  static constexpr bool device_state = false;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, Index m, Index n) {
-    grow(ws.u2, m * n);
-  }
-  template <class T, class Engine, class GNorm, class FormU>
-  static void apply(Engine& e, DeviceWorkspace<T>& ws, const M::Options& o, Strided<T> d, MomentSlot<T> s,
-                    GNorm&& g_norm, Layout, FormU&& form_u) {
-    const T g = g_norm();
-    const Strided<T> u = laid_out_as(raw(ws.u2), d);
-    form_u(u);
-    e.scale(d, M::scale(o, s.host, g, e.norm(Strided<const T>(u))));
-  }
-};
-
-/// SecondMoment<Inner, Moment> (second_moment.hpp): D = Inner(U) (Inner(sign U) for AdaMuon), then the moment.
+/// SecondMoment<Inner, Moment> (second_moment.hpp): D = Inner(U) (Inner(sign U) for AdaMuon), then the moment's own
+/// apply with DevicePolicyEngine's operations. S lies at `s`: in device memory where the moment declares
+/// engine_state (AdaMuon), else in the host State (NorMuon's k line statistics go down and k factors up each step).
 template <class Inner, class Moment>
 struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
   using P = SecondMoment<Inner, Moment>;
   using Options = typename P::Options;
-  static constexpr bool device_state = DeviceMoment<Moment>::device_state;
+  static constexpr bool device_state = (check_moment<Moment, float>(), Moment::engine_state);
   /// The host State's fields that live in device memory (AdaMuon's S), see DevicePreconditioner<DionPowerIteration>.
   template <class T, class F>
   static void device_fields(typename P::template State<T>& s, F&& f) {
@@ -507,11 +534,13 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
   template <class T>
   static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
     DevicePreconditioner<Inner>::reserve(ws, o, m, n);
-    DeviceMoment<Moment>::reserve(ws, m, n);
+    grow(ws.scale, Moment::workspace_size(m, n));
+    ws.host_lines.reserve(Moment::workspace_size(m, n));
+    if constexpr (Moment::reads_input_norm) grow(ws.u2, m * n);
   }
   template <class T, class Engine, class GNorm, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, MomentSlot<T> s, GNorm&& g_norm,
-                          Index m, Index n, Layout layout, FormU&& form_u) {
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, T* s, GNorm&& g_norm, Index m,
+                          Index n, Layout layout, FormU&& form_u) {
     const auto inner_u = [&](Strided<T> target) {
       form_u(target);
       if constexpr (Moment::sign_input) e.sign(target);
@@ -522,11 +551,18 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
     return d;
   }
   static constexpr bool sign_input = Moment::sign_input;
-  /// D' = Moment(D) in place, for a D the inner preconditioner made (here, or batched over row blocks).
+  /// D' = Moment(D) in place, for a D the inner preconditioner made (here, or batched over row blocks); ||U||_F, where
+  /// the moment reads it, of U formed again into ws.u2.
   template <class T, class Engine, class GNorm, class FormU>
-  static void finish(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Strided<T> d, MomentSlot<T> s,
-                     GNorm&& g_norm, Layout layout, FormU&& form_u) {
-    DeviceMoment<Moment>::apply(e, ws, o.moment, d, s, g_norm, layout, form_u);
+  static void finish(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Strided<T> d, T* s, GNorm&& g_norm,
+                     Layout layout, FormU&& form_u) {
+    DevicePolicyEngine<T, Engine> pe{e, ws, layout};
+    const auto u_norm = [&] {
+      const Strided<T> u = laid_out_as(raw(ws.u2), d);
+      form_u(u);
+      return e.norm(Strided<const T>(u));
+    };
+    Moment::template apply<T>(pe, d, o.moment, s, ws.host_lines.data(), g_norm, u_norm, [](const Strided<T>&) {});
   }
 };
 
@@ -585,11 +621,13 @@ struct DevicePreconditioner<DionPowerIteration> {
       e.gemm(T(1), b.t(), p, T(0), rr);          // R = B^T P
       e.gemm(-T(1 - o.mu), p, rr.t(), T(1), b);  // M <- M - (1 - mu) P R^T
     }
-    // Q <- R / (||R_j|| + eps), column by column (the columns of Q are the rows of Q^T).
+    // Q <- R / (||R_j|| + eps), column by column, the factors computed on the host (as NorMuon's).
     if (!zero) e.copy(Strided<const T>(rr), q);
-    scale_rows_from_host(e, ws, q.t(), [&](T* v, Index k) {
-      for (Index j = 0; j < k; ++j) v[j] = T(1) / P::column_divisor(T(std::sqrt(v[j])), o);
-    });
+    DevicePolicyEngine<T, Engine> pe{e, ws, layout};
+    T* f = ws.host_lines.data();
+    pe.line_squared_norms(q, false, f);
+    for (Index j = 0; j < r; ++j) f[j] = T(1) / P::column_divisor(T(std::sqrt(f[j])), o);
+    pe.scale_lines(q, false, static_cast<const T*>(f), [](const Strided<T>&) {});
     if (!zero) {
       Strided<T> dt = tall ? d : d.t();
       e.gemm(T(1), p, q.t(), T(0), dt);  // D = P Q^T, in W's orientation
@@ -624,83 +662,6 @@ inline constexpr bool device_state_v = false;
 template <class P>
 inline constexpr bool device_state_v<P, std::void_t<decltype(DevicePreconditioner<P>::device_state)>> =
     DevicePreconditioner<P>::device_state;
-
-/// A power iteration's vectors in device memory (SpectralCap's power_iteration interface): u (w.rows elements) and v
-/// (w.cols) in the workspace, v uploaded from the host State's and both stored back into it after the iteration.
-template <class T, class Engine>
-struct DeviceSingularVectors {
-  Engine& e;
-  Strided<const T> w;
-  T* u;
-  T* v;
-  T forward() {  // u <- W v
-    e.gemv(T(1), w, static_cast<const T*>(v), T(0), u);
-    return e.norm(col_major(static_cast<const T*>(u), w.rows, 1));
-  }
-  void normalize_u(T norm) { e.scale(col_major(u, w.rows, 1), T(1) / norm); }
-  T backward() {  // v <- W^T u
-    e.gemv(T(1), w.t(), static_cast<const T*>(u), T(0), v);
-    return e.norm(col_major(static_cast<const T*>(v), w.cols, 1));
-  }
-  void normalize_v(T norm) { e.scale(col_major(v, w.cols, 1), T(1) / norm); }
-  /// Downloads u and v into the host vectors (m + n elements).
-  template <class V>
-  void store(V& host_u, V& host_v) const {
-    e.download(static_cast<const T*>(u), w.rows, host_u.data());
-    e.download(static_cast<const T*>(v), w.cols, host_v.data());
-  }
-  /// u^T D v.
-  T bilinear(Strided<T> d) const {
-    return e.bilinear(static_cast<const T*>(u), Strided<const T>(d), static_cast<const T*>(v));
-  }
-  /// D <- D - c u v^T, in place.
-  Strided<T> minus_rank1(Strided<T> d, T c) const {
-    e.rank1(d, -c, static_cast<const T*>(u), static_cast<const T*>(v));
-    return d;
-  }
-};
-
-/// Scalings that declare `tracks_singular_vectors = true` (SpectralCap) get m + n elements of device scratch.
-template <class S, class = void>
-inline constexpr bool tracks_singular_vectors_v = false;
-template <class S>
-inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::tracks_singular_vectors)>> =
-    S::tracks_singular_vectors;
-
-/// The scaling operations on a device engine, for the scaling S's own update(e, w, d, g, ...) (the host's are
-/// HostEngine's, core/detail/engine.hpp): W, D and G in device memory, D a workspace view that `combined` and
-/// `minus_rank1` overwrite, and the singular vectors in the workspace.
-template <class T, class Engine, class S>
-struct DeviceScalingEngine {
-  Engine& e;
-  DeviceWorkspace<T>& ws;
-  template <class U>
-  static Index rows(const Strided<U>& x) { return x.rows; }
-  template <class U>
-  static Index cols(const Strided<U>& x) { return x.cols; }
-  template <class U>
-  T norm(Strided<U> x) { return e.norm(Strided<const T>(x)); }
-  /// W <- keep W - step D.
-  void update(Strided<T> w, T keep, T step, Strided<const T> d) { e.update(w, keep, step, d); }
-  /// W <- keep W - step D where D . W >= 0, W - step D elsewhere.
-  void cautious_update(Strided<T> w, T keep, T step, Strided<const T> d) { e.cautious_update(w, keep, step, d); }
-  /// a W + b D, written over D.
-  Strided<T> combined(T a, Strided<const T> w, T b, Strided<T> d) {
-    e.combine(d, a, w, b, Strided<const T>(d));
-    return d;
-  }
-  /// The vectors of a power iteration on W in the workspace, v uploaded from the host's.
-  template <class V>
-  DeviceSingularVectors<T, Engine> singular_vectors(Strided<T> w, const V&, const V& host_v) {
-    static_assert(tracks_singular_vectors_v<S>,
-                  "matopt::DeviceOptimizer: a scaling that calls e.singular_vectors declares `static constexpr bool "
-                  "tracks_singular_vectors = true;` (their m + n elements of device scratch; a scaling wrapping "
-                  "SpectralCap too)");
-    T* u = raw(ws.vectors);
-    e.upload(host_v.data(), w.cols, u + w.rows);
-    return {e, Strided<const T>(w), u, u + w.rows};
-  }
-};
 
 }  // namespace detail
 
@@ -928,7 +889,7 @@ class DeviceOptimizer {
   /// Preconditioners that read the raw gradient (SecondMoment: NAMO's ||G||_F) and keep a moment.
   static constexpr bool second_moment = detail::reads_gradient_v<PreconditionerType>;
   /// The scaling's engine operations.
-  using Scaling = detail::DeviceScalingEngine<T, Engine, ScalingType>;
+  using Scaling = detail::DevicePolicyEngine<T, Engine, ScalingType>;
   /// Per-head / split row blocks (row_blocks.hpp), taken with a scaling that keeps no state (check_row_blocks).
   static constexpr bool splits_rows =
       detail::splits_rows_v<PreconditionerType> && std::is_empty_v<typename ScalingType::template State<T>>;
@@ -1043,7 +1004,7 @@ class DeviceOptimizer {
         engine_.copy(g, target);
     };
     const detail::Strided<T> d = precondition(state, 0, m, n, form_u, [&] { return engine_.norm(g); });
-    Scaling scaling{engine_, ws_};
+    Scaling scaling{engine_, ws_, state.layout};
     ScalingType::update(scaling, w, d, g, state.scaling, options_.scaling, lr, lambda);
     if constexpr (MomentumType::has_buffer)
       engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
@@ -1126,7 +1087,7 @@ class DeviceOptimizer {
   template <class Unused = void>
   void update_block(const RowSet& b, detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> d,
                     State& state) {
-    Scaling scaling{engine_, ws_};
+    Scaling scaling{engine_, ws_, state.layout};
     const T lr = options_.lr, lambda = options_.weight_decay;
     if (b.groups == 1) {
       detail::Strided<T> wb = detail::rows_of(w, b.first, b.rows);
@@ -1196,14 +1157,10 @@ class DeviceOptimizer {
     }
   }
 
-  /// The SecondMoment's S of a parameter (or block: from entry `offset`).
-  detail::MomentSlot<T> slot(State& state, Index offset) {
-    detail::MomentSlot<T> sl;
-    if constexpr (second_moment) {
-      if constexpr (device_state) sl.device = detail::raw(state.moment) + offset;
-      else sl.host = state.precondition.second_moment.data() + offset;
-    }
-    return sl;
+  /// The SecondMoment's S of a parameter (or block: from entry `offset`), in device memory or the host State.
+  T* slot(State& state, Index offset) {
+    if constexpr (device_state) return detail::raw(state.moment) + offset;
+    else return state.precondition.second_moment.data() + offset;
   }
 
   Options options_;

@@ -57,7 +57,12 @@
 /// @section policy_moment Second moments of SecondMoment (namespace moments)
 /// - `sign_input`: whether the inner preconditioner receives sign(U) instead of U.
 /// - `state_size(m, n)`, `workspace_size(m, n)`: entries of S and of the per-line factors for an m x n direction.
-/// - `apply(d, u, g, o, s, f, sink)`: updates S (at `s`) from D = Inner(U) and calls sink(D').
+/// - `engine_state`: whether S is read and written by engine operations (device memory on a device engine) rather
+///   than by the moment's own host code; `reads_input_norm`: whether apply calls u_norm().
+/// - `apply<T>(e, d, o, s, f, g_norm, u_norm, sink)`: updates S (at `s`) from D = Inner(U) and calls sink(D'), written
+///   once with the operations of the engine e (`rows`, `cols`, `norm`, `line_squared_norms`, `scale_lines`,
+///   `moment_normalized`, `scaled`: the host's, or a device engine's); f: host scratch of workspace_size(m, n)
+///   entries; g_norm() and u_norm() return ||G||_F and ||U||_F.
 ///
 /// @section policy_scaling Scaling policies (Static, TrustRatio, SpectralCap)
 /// - `State<T>`: per-parameter state (Optimizer::State::scaling; empty for Static), with `fields(f)` for
@@ -462,7 +467,8 @@ class Optimizer {
     constexpr const char* where = Defaults::name;
     check_shapes(w.rows(), w.cols(), detail::layout_of_v<WMat>, g.rows(), g.cols(), state, where);
     check_row_blocks(w.rows(), w.cols());
-    if constexpr (detail::has_check_state_v<Preconditioner, decltype(state.precondition), decltype(options_.precondition)>)
+    using PreState = decltype(state.precondition);
+    if constexpr (detail::has_check_state_v<Preconditioner, PreState, decltype(options_.precondition)>)
       Preconditioner::check_state(state.precondition, options_.precondition, w.rows(), w.cols(), where);
     detail::check_step_coefficients<Scaling>(options_.scaling, k.lr, k.weight_decay, options_.precondition,
                                              w.rows(), w.cols());
@@ -550,7 +556,8 @@ class Optimizer {
       }
     }
     if constexpr (detail::splits_rows_v<Preconditioner> && std::is_empty_v<typename Scaling::template State<T>>) {
-      if (options_.precondition.blocked()) return apply_blocks(w, g, state, ws, k_step);  // (check_row_blocks: no other)
+      // check_row_blocks allows no other scaling
+      if (options_.precondition.blocked()) return apply_blocks(w, g, state, ws, k_step);
     }
     auto update = [&](const auto& d) {
       detail::HostEngine engine;

@@ -15,6 +15,8 @@
 // Per-head (heads, split_sizes, split_groups of an Orthogonalize Inner: row_blocks.hpp): each block of rows is
 // a parameter of its own, with its own S, its own Frobenius rescale (NorMuon: dion's NorMuon with num_heads)
 // and its own ||G||_F (NAMO); S holds the blocks' states one after another.
+// Each moment is written once with engine operations (detail::HostEngine on the host, DevicePolicyEngine on a device
+// engine), so a moment of one's own steps on every engine.
 // Every eps is added to a norm, never a divisor on its own: a zero gradient or a zero direction gives D' = 0,
 // not 0/0 (dion#24). The state (S) is the parameter's and goes into checkpoints.
 
@@ -23,10 +25,12 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
+#include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/norms.hpp"
 #include "matopt/core/detail/parse.hpp"
@@ -35,6 +39,39 @@
 #include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
+namespace detail {
+/// Stand-ins for a moment's g_norm, u_norm and sink in the check below.
+template <class T>
+struct NormStandIn {
+  T operator()() const { return T(0); }
+};
+struct SinkStandIn {
+  template <class X>
+  void operator()(const X&) const {}
+};
+/// Whether the moment M declares engine_state and reads_input_norm, and has apply<T>(e, d, o, s, f, g_norm, u_norm,
+/// sink).
+template <class M, class T, class = void>
+inline constexpr bool is_engine_moment_v = false;
+template <class M, class T>
+inline constexpr bool is_engine_moment_v<
+    M, T,
+    std::void_t<decltype(M::engine_state), decltype(M::reads_input_norm),
+                decltype(M::template apply<T>(std::declval<HostEngine&>(), std::declval<const DenseMap<T>&>(),
+                                              std::declval<const typename M::Options&>(), std::declval<T*>(),
+                                              std::declval<T*>(), NormStandIn<T>{}, NormStandIn<T>{},
+                                              SinkStandIn{}))>> = true;
+/// Stops the build, saying what to write, for a moment not written with the engine's operations.
+template <class M, class T>
+constexpr void check_moment() {
+  static_assert(is_engine_moment_v<M, T>,
+                "matopt::SecondMoment<Inner, Moment>: a moment declares `static constexpr bool engine_state` and "
+                "`reads_input_norm`, and has `template <class T, class E, class D, class GNorm, class UNorm, class "
+                "Sink> static void apply(E& e, const D& d, const Options&, T* s, T* f, GNorm&&, UNorm&&, Sink&&)`, "
+                "written with the engine's operations (docs/extending.md#a-new-second-moment)");
+}
+}  // namespace detail
+
 /// The second moments of SecondMoment: NorMuon (per row), AdaMuon (per entry) and Namo (one scalar)
 /// (@ref policy_moment).
 namespace moments {
@@ -61,6 +98,10 @@ struct NorMuon {
   static constexpr const char* name() { return "NorMuon"; }
   /// U goes to the inner preconditioner as is.
   static constexpr bool sign_input = false;
+  /// S is read and written on the host (line_factors), on every engine.
+  static constexpr bool engine_state = false;
+  /// ||U||_F is not read.
+  static constexpr bool reads_input_norm = false;
   /// Which lines S runs over: `Rows` (the reference) or `Longer` (rows when m >= n, else columns: modded-nanogpt,
   /// NVIDIA Emerging-Optimizers).
   enum class Axis { Rows, Longer };
@@ -104,18 +145,14 @@ struct NorMuon {
     for (Index i = 0; i < k; ++i) f[i] *= rescale;
   }
 
-  /// Updates S from D's line norms and calls sink(D') (f_data: max(m, n) scratch entries).
-  template <class T, class DExpr, class UExpr, class GMat, class Sink>
-  static void apply(const DExpr& d, const UExpr&, const GMat&, const Options& o, T* s_data, T* f_data, Sink&& sink) {
-    const Index m = d.rows(), n = d.cols();
+  /// Updates S from D's line norms and calls sink(D') (f: max(m, n) entries of host scratch).
+  template <class T, class E, class D, class GNorm, class UNorm, class Sink>
+  static void apply(E& e, const D& d, const Options& o, T* s, T* f, GNorm&&, UNorm&&, Sink&& sink) {
+    const Index m = e.rows(d), n = e.cols(d);
     const bool rows = per_row(o, m, n);
-    const Index k = rows ? m : n;
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> f(f_data, k);
-    if (rows) f = d.rowwise().squaredNorm();
-    else f = d.colwise().squaredNorm().transpose();
-    line_factors(o, s_data, f_data, k, rows ? n : m);
-    if (rows) sink((d.array().colwise() * f.array()).matrix());
-    else sink((d.array().rowwise() * f.transpose().array()).matrix());
+    e.line_squared_norms(d, rows, f);
+    line_factors(o, s, f, rows ? m : n, rows ? n : m);
+    e.scale_lines(d, rows, static_cast<const T*>(f), sink);
   }
 };
 
@@ -125,6 +162,10 @@ struct AdaMuon {
   /// "AdaMuon".
   static constexpr const char* name() { return "AdaMuon"; }
   static constexpr bool sign_input = true;  ///< Inner receives sign(U) (AdaMuon v2)
+  /// S is read and written by the engine's moment_normalized (device memory on a device engine).
+  static constexpr bool engine_state = true;
+  /// ||U||_F is not read.
+  static constexpr bool reads_input_norm = false;
   /// beta2, eps and the target RMS of D' (key rms_target).
   struct Options : MomentOptions {
     double rms = 0.2;  ///< RMS of D' (AdaMuon's alignment to AdamW's update RMS)
@@ -141,15 +182,12 @@ struct AdaMuon {
   static Index workspace_size(Index, Index) { return 0; }
 
   /// Updates S and calls sink(D').
-  template <class T, class DExpr, class UExpr, class GMat, class Sink>
-  static void apply(const DExpr& d, const UExpr&, const GMat&, const Options& o, T* s_data, T*, Sink&& sink) {
-    using Mat = detail::DynamicMatrix<T, detail::layout_of_v<DExpr>>;
-    const Index m = d.rows(), n = d.cols();
-    Eigen::Map<Mat> s(s_data, m, n);
-    const T b = T(o.beta2), eps = T(o.eps);
-    s = b * s + (T(1) - b) * d.cwiseAbs2();
-    const auto normalized = d.array() / (s.array().sqrt() + eps);
-    sink((normalized * rescale<T>(o, std::sqrt(normalized.square().sum()), m, n)).matrix());
+  template <class T, class E, class D, class GNorm, class UNorm, class Sink>
+  static void apply(E& e, const D& d, const Options& o, T* s, T*, GNorm&&, UNorm&&, Sink&& sink) {
+    const Index m = e.rows(d), n = e.cols(d);
+    e.moment_normalized(d, s, T(o.beta2), T(o.eps), [&](const auto& x) {
+      e.scaled(x, rescale<T>(o, e.norm(x), m, n), sink);
+    });
   }
   /// The factor that gives D' = D / (sqrt(S) + eps) (of Frobenius norm `norm`) the RMS o.rms.
   template <class T>
@@ -165,6 +203,10 @@ struct Namo {
   static constexpr const char* name() { return "NAMO"; }
   /// U goes to the inner preconditioner as is.
   static constexpr bool sign_input = false;
+  /// S (one scalar) is read and written on the host.
+  static constexpr bool engine_state = false;
+  /// ||U||_F is read: u_norm() (a device engine forms U again for it).
+  static constexpr bool reads_input_norm = true;
   /// beta2 and eps.
   using Options = MomentOptions;
   /// The moment's options (core/options.hpp).
@@ -177,10 +219,11 @@ struct Namo {
   /// No scratch: 0.
   static Index workspace_size(Index, Index) { return 0; }
 
-  /// Updates S from ||G||_F and calls sink(D') (reads U and G).
-  template <class T, class DExpr, class UExpr, class GMat, class Sink>
-  static void apply(const DExpr& d, const UExpr& u, const GMat& g, const Options& o, T* s, T*, Sink&& sink) {
-    sink(d * scale(o, s, detail::robust_norm(g), detail::robust_norm(u)));
+  /// Updates S from ||G||_F and calls sink(D') (g_norm() = ||G||_F, u_norm() = ||U||_F).
+  template <class T, class E, class D, class GNorm, class UNorm, class Sink>
+  static void apply(E& e, const D& d, const Options& o, T* s, T*, GNorm&& g_norm, UNorm&& u_norm, Sink&& sink) {
+    const T g = g_norm();
+    e.scaled(d, scale(o, s, g, T(u_norm())), sink);
   }
   /// S <- lerp(S, ||G||_F^2, 1 - beta2) and the factor ||U||_F / (sqrt(S) + eps) (host and device steps).
   template <class T>
@@ -267,7 +310,8 @@ struct SecondMoment {
     const Index want = state_size(o, m, n);
     if (size != want)
       detail::fail(where, "state's second moment has ", size, " entries but a ", detail::shape_string(m, n),
-                   " W with these options needs ", want, " (heads / split_sizes / split_groups changed since make_state)");
+                   " W with these options needs ", want,
+                   " (heads / split_sizes / split_groups changed since make_state)");
   }
   /// Entries of S for one block of `rows` rows (the blocks' states lie one after another, in block order).
   static Index block_state_size(Index rows, Index n) { return Moment::state_size(rows, n); }
@@ -308,7 +352,13 @@ struct SecondMoment {
   template <class T, class UExpr, class GMat, class Sink>
   static void run(const UExpr& u, const GMat& g, const Options& o, Workspace<T>& ws, T* s, Sink&& sink) {
     static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::SecondMoment: Inner must keep no state of its own");
-    auto moment = [&](const auto& d) { Moment::template apply<T>(d, u, g, o.moment, s, ws.factors.data(), sink); };
+    detail::check_moment<Moment, T>();
+    detail::HostEngine e;
+    auto moment = [&](const auto& d) {
+      Moment::template apply<T>(
+          e, d, o.moment, s, ws.factors.data(), [&] { return detail::robust_norm(g); },
+          [&] { return detail::robust_norm(u); }, sink);
+    };
     const typename Inner::Options& inner = o;
     if constexpr (Moment::sign_input)
       Inner::template apply<T>(u.array().sign().matrix(), inner, ws, moment);

@@ -357,6 +357,38 @@ struct HostEngine {
   static Vectors<W, V> singular_vectors(const W& w, V& u, V& v) {
     return {w, u, v};
   }
+
+  // The second moments' operations (moments::*::apply, precondition/second_moment.hpp): D any expression, each
+  // result passed to sink as an expression; f points at host memory.
+  /// The squared norms of D's rows (rows) or columns into f.
+  template <class D>
+  static void line_squared_norms(const D& d, bool rows, typename D::Scalar* f) {
+    using V = Eigen::Map<Eigen::Matrix<typename D::Scalar, Eigen::Dynamic, 1>>;
+    if (rows) V(f, d.rows()) = d.rowwise().squaredNorm();
+    else V(f, d.cols()) = d.colwise().squaredNorm().transpose();
+  }
+  /// sink(D with row i, or column i, times f[i]).
+  template <class D, class Sink>
+  static void scale_lines(const D& d, bool rows, const typename D::Scalar* f, Sink&& sink) {
+    using V = Eigen::Map<const Eigen::Matrix<typename D::Scalar, Eigen::Dynamic, 1>>;
+    if (rows) sink((d.array().colwise() * V(f, d.rows()).array()).matrix());
+    else sink((d.array().rowwise() * V(f, d.cols()).transpose().array()).matrix());
+  }
+  /// S <- b S + (1 - b) D.D (S at s, m n entries in D's storage order), then sink(D / (sqrt(S) + eps)).
+  template <class D, class Sink>
+  static void moment_normalized(const D& d, typename D::Scalar* s, typename D::Scalar b, typename D::Scalar eps,
+                                Sink&& sink) {
+    using T = typename D::Scalar;
+    constexpr int order = (D::Flags & Eigen::RowMajorBit) ? Eigen::RowMajor : Eigen::ColMajor;
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, order>> sm(s, d.rows(), d.cols());
+    sm = b * sm + (T(1) - b) * d.cwiseAbs2();
+    sink((d.array() / (sm.array().sqrt() + eps)).matrix());
+  }
+  /// sink(c D).
+  template <class D, class Sink>
+  static void scaled(const D& d, typename D::Scalar c, Sink&& sink) {
+    sink(d * c);
+  }
 };
 
 }  // namespace matopt::detail
