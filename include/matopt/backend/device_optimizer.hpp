@@ -1159,7 +1159,8 @@ class DeviceOptimizer {
 
   /// The SecondMoment's S of a parameter (or block: from entry `offset`), in device memory or the host State.
   T* slot(State& state, Index offset) {
-    if constexpr (device_state) return detail::raw(state.moment) + offset;
+    if constexpr (!second_moment) return nullptr;  // (explicit instantiations compile every member)
+    else if constexpr (device_state) return detail::raw(state.moment) + offset;
     else return state.precondition.second_moment.data() + offset;
   }
 
