@@ -116,6 +116,32 @@ struct ColumnMoment {
   }
 };
 
+/// One device step of Opt (options o) from W0 = randn(7) with G = randn(8), both rounded to T, on 20 x 12, 12 x 28 and
+/// 16 x 16 in both storage orders; check(w0, g, w1, state) compares W1 and the state with a closed form (in double).
+template <class Opt, class Check>
+void one_step_against(const typename Opt::Options& o, Check&& check) {
+  using T = typename Opt::Scalar;
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{20, 12}, {12, 28}, {16, 16}})
+    for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+      const Index m = shape.first, n = shape.second;
+      const std::string order = matopt::detail::layout_name(layout);
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(order);
+      const Eigen::MatrixXd w0 = test::randn<Eigen::MatrixXd>(m, n, 7).template cast<T>().template cast<double>();
+      const Eigen::MatrixXd g = test::randn<Eigen::MatrixXd>(m, n, 8).template cast<T>().template cast<double>();
+      auto dev = test::Backend::template optimizer<Opt>(o);
+      DeviceMatrix<T> dw(m, n, layout), dg(m, n, layout);
+      dw.assign(w0.template cast<T>());
+      dg.assign(g.template cast<T>());
+      auto ds = dev.make_state(dw);
+      test::Backend::before_step(dev);
+      dev.step(dw, dg, ds);
+      const Eigen::MatrixXd w1 = to_host(dw).template cast<double>();
+      check(w0, g, w1, ds);
+    }
+}
+
 /// Opt on the backend against the host on every shape of Backend::shapes().
 template <class Opt>
 DeviceDifferences compare_all_shapes(const typename Opt::Options& options = {}, const GradientFn& gradient = {}) {
@@ -187,28 +213,14 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": compositions (Gram NS, plain NS, LARS, unfu
     typename Opt::Options o;
     o.lr = T(0.1);
     o.weight_decay = T(0.01);
-    for (const auto& shape : std::vector<std::pair<Index, Index>>{{20, 12}, {12, 28}, {16, 16}})
-      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
-        const Index m = shape.first, n = shape.second;
-        const std::string order = matopt::detail::layout_name(layout);
-        CAPTURE(m);
-        CAPTURE(n);
-        CAPTURE(order);
-        const Eigen::MatrixXd w0 = test::randn<Eigen::MatrixXd>(m, n, 7), g = test::randn<Eigen::MatrixXd>(m, n, 8);
-        const Eigen::MatrixXd gd = g.template cast<T>().template cast<double>();
-        const Eigen::MatrixXd d = gd.rowwise().norm().cwiseInverse().asDiagonal() * gd;
-        const Eigen::MatrixXd want = (1 - 0.1 * 0.01) * w0.template cast<T>().template cast<double>() -
-                                     0.1 * (gd.norm() / std::sqrt(double(m))) * d;
-        auto dev = test::Backend::template optimizer<Opt>(o);
-        DeviceMatrix<T> dw(m, n, layout), dg(m, n, layout);
-        dw.assign(w0.template cast<T>());
-        dg.assign(g.template cast<T>());
-        auto ds = dev.make_state(dw);
-        test::Backend::before_step(dev);
-        dev.step(dw, dg, ds);
-        CHECK(test::rel_error(to_host(dw).template cast<double>(), want) <= (std::is_same_v<T, float> ? 1e-6 : 1e-14));
-        CHECK(double(ds.scaling.last_ratio) == doctest::Approx(gd.norm() / std::sqrt(double(m))).epsilon(1e-6));
-      }
+    test::cases::one_step_against<Opt>(o, [](const Eigen::MatrixXd& w0, const Eigen::MatrixXd& g,
+                                             const Eigen::MatrixXd& w1, const auto& ds) {
+      const double m = double(g.rows());
+      const Eigen::MatrixXd d = g.rowwise().norm().cwiseInverse().asDiagonal() * g;
+      const Eigen::MatrixXd want = (1 - 0.1 * 0.01) * w0 - 0.1 * (g.norm() / std::sqrt(m)) * d;
+      CHECK(test::rel_error(w1, want) <= (std::is_same_v<T, float> ? 1e-6 : 1e-14));
+      CHECK(double(ds.scaling.last_ratio) == doctest::Approx(g.norm() / std::sqrt(m)).epsilon(1e-6));
+    });
     // Three steps against the host, every shape (W and the state).
     compare_all_shapes<Opt>(o);
   }
@@ -232,30 +244,15 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": compositions (Gram NS, plain NS, LARS, unfu
         Optimizer<T, SecondMoment<Identity, test::cases::ColumnMoment>, Momentum<Sum, Plain>, Static<shape::Unit>>;
     typename Opt::Options o;
     o.lr = T(0.1);
-    for (const auto& shape : std::vector<std::pair<Index, Index>>{{20, 12}, {12, 28}, {16, 16}})
-      for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
-        const Index m = shape.first, n = shape.second;
-        const std::string order = matopt::detail::layout_name(layout);
-        CAPTURE(m);
-        CAPTURE(n);
-        CAPTURE(order);
-        const Eigen::MatrixXd w0 = test::randn<Eigen::MatrixXd>(m, n, 7), g = test::randn<Eigen::MatrixXd>(m, n, 8);
-        const Eigen::MatrixXd gd = g.template cast<T>().template cast<double>();
-        const Eigen::VectorXd s = 0.1 * gd.colwise().squaredNorm().transpose();
-        const Eigen::MatrixXd d1 = gd * (s.cwiseSqrt().array() + 1e-8).inverse().matrix().asDiagonal();
-        const Eigen::MatrixXd want =
-            w0.template cast<T>().template cast<double>() - 0.1 * (gd.norm() / (d1.norm() + 1e-8)) * d1;
-        auto dev = test::Backend::template optimizer<Opt>(o);
-        DeviceMatrix<T> dw(m, n, layout), dg(m, n, layout);
-        dw.assign(w0.template cast<T>());
-        dg.assign(g.template cast<T>());
-        auto ds = dev.make_state(dw);
-        test::Backend::before_step(dev);
-        dev.step(dw, dg, ds);
-        const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
-        CHECK(test::rel_error(to_host(dw).template cast<double>(), want) <= tol);
-        CHECK(test::rel_error(ds.precondition.second_moment.template cast<double>(), s) <= tol);
-      }
+    test::cases::one_step_against<Opt>(o, [](const Eigen::MatrixXd& w0, const Eigen::MatrixXd& g,
+                                             const Eigen::MatrixXd& w1, const auto& ds) {
+      const Eigen::VectorXd s = 0.1 * g.colwise().squaredNorm().transpose();
+      const Eigen::MatrixXd d1 = g * (s.cwiseSqrt().array() + 1e-8).inverse().matrix().asDiagonal();
+      const Eigen::MatrixXd want = w0 - 0.1 * (g.norm() / (d1.norm() + 1e-8)) * d1;
+      const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+      CHECK(test::rel_error(w1, want) <= tol);
+      CHECK(test::rel_error(ds.precondition.second_moment.template cast<double>(), s) <= tol);
+    });
     // Three steps against the host, every shape (W and S); per-head blocks of an Orthogonalize inner.
     compare_all_shapes<Opt>(o);
     using Heads = Optimizer<T, SecondMoment<Orthogonalize<>, test::cases::ColumnMoment>, Momentum<Ema, Nesterov>,
@@ -264,7 +261,6 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": compositions (Gram NS, plain NS, LARS, unfu
     heads.precondition.heads = 4;
     test::compare_on<test::Backend, Heads>(heads, {{16, 12}, {12, 28}, {16, 16}});
   }
-
 }
 
 TEST_CASE_TEMPLATE(MATOPT_BACKEND ": extreme magnitudes and zero gradients give no NaN", T, float, double) {

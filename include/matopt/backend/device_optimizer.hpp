@@ -14,10 +14,11 @@
 // or without Turbo-Muon's AOL start), AutoSteps<NewtonSchulz<...>> (planned on the host from U downloaded on a check
 // step), OnEngine<Policy> (a user's policy written against the engine operations), Orthogonalize<ExactPolar>,
 // RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact> (of those), NuclearScaled<Inner> (PolarGrad)
-// and SecondMoment<Inner, Moment> (NorMuon, AdaMuon, NAMO) of those; DionPowerIteration (Dion); per-head / split
-// row blocks (heads, split_sizes, split_groups). Any other preconditioner is a compile-time error (a static_assert
-// names the device policies). Every scaling (Static, TrustRatio, SpectralCap, a user's) runs its own update(e, ...)
-// with DevicePolicyEngine's operations, and so does every second moment (NorMuon, AdaMuon, NAMO, a user's).
+// and SecondMoment<Inner, Moment> (NorMuon, AdaMuon, NAMO, one's own) of those; DionPowerIteration (Dion);
+// per-head / split row blocks (heads, split_sizes, split_groups). Any other preconditioner is a compile-time error
+// (a static_assert names the device policies). Every scaling (Static, TrustRatio, SpectralCap, a user's) runs its own
+// update(e, ...) with DevicePolicyEngine's operations, and so does every second moment (NorMuon, AdaMuon, NAMO, a
+// user's).
 //   SecondMoment: the moments' scalar rules are the host's (second_moment.hpp). NorMuon's S (one entry per row or
 //     column) and NAMO's (one scalar) stay in the host State: each step downloads the k squared line norms and
 //     uploads k factors (k = m or n). AdaMuon's S (m n entries) lives in device memory (State::moment) and is
@@ -136,14 +137,14 @@ void grow(thrust::device_vector<T>& v, Index size) {
 template <class T>
 struct DeviceWorkspace {
   thrust::device_vector<T> u, x, y, a, b, q, t, scale, clean;
-  thrust::device_vector<T> u2;       ///< NuclearScaled, NAMO: U formed again after the inner preconditioner
+  thrust::device_vector<T> u2;       ///< NuclearScaled, moments reading ||U||: U formed again
   thrust::device_vector<T> gram;     ///< Adaptive: the k x k Gram of U
   thrust::device_vector<T> vectors;  ///< SpectralCap: u (m elements), then v (n)
   thrust::device_vector<T> block_w, block_g;  ///< a split_groups row block gathered for a scaling's own update
   DiagonalDominanceWorkspace<T> dominance;  ///< Adaptive: host memory for the Gram's statistics (not in bytes())
   Buffer<T> host_u;                          ///< ExactPolar: U in host memory (not in bytes())
   ExactPolar::Workspace<T> polar;            ///< ExactPolar: the host SVD's buffers (not in bytes())
-  Buffer<T> host_lines;                      ///< NorMuon: the line statistics and factors (not in bytes())
+  Buffer<T> host_lines;                      ///< moments' and Dion's line factors (not in bytes())
   Buffer<T> host_norms;                      ///< row blocks of split_groups runs: the runs' norms (not in bytes())
   /// Device bytes.
   std::size_t bytes() const {
@@ -192,7 +193,7 @@ struct DevicePreconditioner {
                 "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
                 "Orthogonalize<NewtonSchulz<...>>, AutoSteps<NewtonSchulz<...>>, Orthogonalize<ExactPolar>, "
                 "RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact>, NuclearScaled<Inner>, "
-                "SecondMoment<Inner, NorMuon | AdaMuon | Namo> of those, DionPowerIteration; a policy of one's own "
+                "SecondMoment<Inner, Moment> of those (any moment), DionPowerIteration; a policy of one's own "
                 "runs on every engine as OnEngine<Policy>)");
 };
 
@@ -450,7 +451,7 @@ inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::track
 /// The policies' operations on a device engine (the host's are HostEngine's, core/detail/engine.hpp): a scaling S's
 /// own update(e, w, d, g, ...) and a second moment's apply(e, d, ...), with W, D and G in device memory, D a
 /// workspace view that `combined`, `minus_rank1` and the moments' operations overwrite, and scratch in the workspace.
-template <class T, class Engine, class S = void>
+template <class T, class Engine, class S = void>  // S: the scaling or the moment, for its checks
 struct DevicePolicyEngine {
   Engine& e;
   DeviceWorkspace<T>& ws;
@@ -501,6 +502,9 @@ struct DevicePolicyEngine {
   /// S <- b S + (1 - b) D.D (S at s in device memory, in W's storage order), D <- D / (sqrt(S) + eps); then sink(D).
   template <class Sink>
   void moment_normalized(Strided<T> d, T* s, T b, T eps, Sink&& sink) {
+    static_assert(moment_engine_state_v<S>,
+                  "matopt::DeviceOptimizer: a moment that calls e.moment_normalized declares `static constexpr bool "
+                  "engine_state = true;` (its S then lives in device memory)");
     e.moment_normalize(d, strided(s, d.rows, d.cols, layout), b, eps);
     sink(d);
   }
@@ -519,7 +523,7 @@ template <class Inner, class Moment>
 struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
   using P = SecondMoment<Inner, Moment>;
   using Options = typename P::Options;
-  static constexpr bool device_state = (check_moment<Moment, float>(), Moment::engine_state);
+  static constexpr bool device_state = moment_engine_state_v<Moment>;
   /// The host State's fields that live in device memory (AdaMuon's S), see DevicePreconditioner<DionPowerIteration>.
   template <class T, class F>
   static void device_fields(typename P::template State<T>& s, F&& f) {
@@ -556,12 +560,13 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
   template <class T, class Engine, class GNorm, class FormU>
   static void finish(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Strided<T> d, T* s, GNorm&& g_norm,
                      Layout layout, FormU&& form_u) {
-    DevicePolicyEngine<T, Engine> pe{e, ws, layout};
-    const auto u_norm = [&] {
+    check_moment<Moment, T>();
+    DevicePolicyEngine<T, Engine, Moment> pe{e, ws, layout};
+    const auto u_norm = input_norm<Moment, T>([&] {
       const Strided<T> u = laid_out_as(raw(ws.u2), d);
       form_u(u);
       return e.norm(Strided<const T>(u));
-    };
+    });
     Moment::template apply<T>(pe, d, o.moment, s, ws.host_lines.data(), g_norm, u_norm, [](const Strided<T>&) {});
   }
 };

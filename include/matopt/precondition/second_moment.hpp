@@ -70,6 +70,29 @@ constexpr void check_moment() {
                 "Sink> static void apply(E& e, const D& d, const Options&, T* s, T* f, GNorm&&, UNorm&&, Sink&&)`, "
                 "written with the engine's operations (docs/extending.md#a-new-second-moment)");
 }
+/// A moment's u_norm where it does not declare reads_input_norm: calling it stops the build (a device engine forms U
+/// again, into memory reserved for it, only for a moment that declares it).
+template <class T>
+struct UndeclaredInputNorm {
+  template <class U = T>
+  T operator()() const {
+    static_assert(!std::is_same_v<U, U>,
+                  "matopt::SecondMoment<Inner, Moment>: a moment that calls u_norm() declares `static constexpr bool "
+                  "reads_input_norm = true;`");
+    return T(0);
+  }
+};
+/// f where the moment M declares reads_input_norm, else UndeclaredInputNorm.
+template <class M, class T, class F>
+auto input_norm(F f) {
+  if constexpr (M::reads_input_norm) return f;
+  else return UndeclaredInputNorm<T>{};
+}
+/// M::engine_state, false where M declares none (check_moment then says what to add).
+template <class M, class = void>
+inline constexpr bool moment_engine_state_v = false;
+template <class M>
+inline constexpr bool moment_engine_state_v<M, std::void_t<decltype(M::engine_state)>> = M::engine_state;
 }  // namespace detail
 
 /// The second moments of SecondMoment: NorMuon (per row), AdaMuon (per entry) and Namo (one scalar)
@@ -357,7 +380,7 @@ struct SecondMoment {
     auto moment = [&](const auto& d) {
       Moment::template apply<T>(
           e, d, o.moment, s, ws.factors.data(), [&] { return detail::robust_norm(g); },
-          [&] { return detail::robust_norm(u); }, sink);
+          detail::input_norm<Moment, T>([&] { return detail::robust_norm(u); }), sink);
     };
     const typename Inner::Options& inner = o;
     if constexpr (Moment::sign_input)
