@@ -302,6 +302,21 @@ TEST_CASE("preset defaults") {
   CHECK(col.effective_lr(col.make_state(w)) == doctest::Approx(0.02));
   Eigen::MatrixXd wide(16, 64);
   CHECK(col.effective_lr(col.make_state(wide)) == doctest::Approx(0.02 * 2));
+  // Row blocks: the first block's shape (each block is scaled as a parameter of its own): heads = 4 gives 16 x 16
+  // blocks, s = 1; split_sizes {32, 16, 16}, and 4 groups of {8, 4, 4}, a first block of 32 x 16, s = sqrt(2); rows
+  // that do not split as asked (heads = 3), the whole matrix.
+  const auto blocked_lr = [&w](auto&& set) {
+    Muon<double> opt;
+    set(opt.options().precondition);
+    return opt.effective_lr(opt.make_state(w));
+  };
+  CHECK(blocked_lr([](auto& p) { p.heads = 4; }) == doctest::Approx(0.02));
+  CHECK(blocked_lr([](auto& p) { p.split_sizes = {32, 16, 16}; }) == doctest::Approx(0.02 * std::sqrt(2.0)));
+  CHECK(blocked_lr([](auto& p) {
+          p.split_sizes = {8, 4, 4};
+          p.split_groups = 4;
+        }) == doctest::Approx(0.02 * std::sqrt(2.0)));
+  CHECK(blocked_lr([](auto& p) { p.heads = 3; }) == doctest::Approx(0.02 * 2));
 }
 
 // AutoSteps (ns_steps=auto): the plan against the spectrum the test builds, K against Jordan's scalar map.

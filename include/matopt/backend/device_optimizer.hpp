@@ -872,10 +872,7 @@ class DeviceOptimizer {
   /// lr * s(m, n) (Static) or lr * r * s with the last trust ratio (TrustRatio), as on the host (row blocks: the
   /// first block's shape).
   T effective_lr(const State& s) const {
-    Index rows = s.rows;
-    if constexpr (splits_rows)
-      if (options_.precondition.blocked() && options_.precondition.fits(s.rows))
-        rows = options_.precondition.first_rows(s.rows);
+    const Index rows = detail::reported_rows<PreconditionerType>(options_.precondition, s.rows);
     return ScalingType::effective_lr(options_.scaling, s.scaling, options_.lr, rows, s.cols);
   }
   /// Device bytes of the shared workspace (and of the telemetry copies, once a report has needed them).
@@ -1122,13 +1119,7 @@ class DeviceOptimizer {
 
   /// Blocks of one shape (heads, or equal split sizes), two or more.
   bool equal_blocks(Index m) const {
-    if constexpr (splits_rows) {
-      const RowBlocks& blocks = options_.precondition;
-      if (!blocks.blocked() || !blocks.fits(m) || blocks.count() < 2) return false;
-      for (Index i = 1; i < blocks.count(); ++i)
-        if (blocks.block(m, i).size() != blocks.block(m, 0).size()) return false;
-      return true;
-    }
+    if constexpr (splits_rows) return static_cast<const RowBlocks&>(options_.precondition).equal_blocks(m);
     return false;
   }
 

@@ -130,6 +130,14 @@ void check_row_blocks(const Options& o, Index m, Index n, const char* where) {
   }
 }
 
+/// The rows effective_lr reports for an m-row W: the first row block's where the preconditioner splits rows (the
+/// scaling sees each block as the parameter), else m. Host and device optimizers.
+template <class Preconditioner, class Options>
+Index reported_rows(const Options& o, Index m) {
+  if constexpr (splits_rows_v<Preconditioner>) return static_cast<const RowBlocks&>(o).first_rows(m);
+  return m;
+}
+
 /// The fields of an Optimizer's per-parameter state, in checkpoint order (serialization/archive.hpp): f(name,
 /// field). `momentum` is the buffer as a host vector: the state's own, or DeviceOptimizer's host copy of its
 /// device buffer, so both write and read the same file.
@@ -398,10 +406,7 @@ class Optimizer {
   ParamStep<T> own_settings() const { return {options_.lr, options_.weight_decay, options_.non_finite, std::nullopt}; }
   /// effective_lr() at the given lr.
   T effective_lr(const State& s, T lr) const {
-    Index rows = s.rows;  // per-head / split orthogonalization: the first block's shape
-    if constexpr (detail::splits_rows_v<Preconditioner>)
-      if (options_.precondition.blocked() && options_.precondition.fits(s.rows))
-        rows = options_.precondition.first_rows(s.rows);
+    const Index rows = detail::reported_rows<Preconditioner>(options_.precondition, s.rows);
     return Scaling::effective_lr(options_.scaling, s.scaling, lr, rows, s.cols);
   }
 

@@ -69,8 +69,18 @@ struct RowBlocks {
   void for_each(Index m, F&& f) const {
     for (Index i = 0; i < count(); ++i) f(block(m, i));
   }
-  /// Rows of the first block (the shape effective_lr reports).
-  Index first_rows(Index m) const { return !split_sizes.empty() ? split_sizes.front() * split_groups : m / heads; }
+  /// Rows of the shape effective_lr reports for an m-row W: the first block's where the rows split, else m.
+  Index first_rows(Index m) const {
+    if (!blocked() || !fits(m)) return m;
+    return !split_sizes.empty() ? split_sizes.front() * split_groups : m / heads;
+  }
+  /// Whether an m-row W splits into two or more blocks, all of one shape (heads, or equal split sizes).
+  bool equal_blocks(Index m) const {
+    if (!blocked() || !fits(m) || count() < 2) return false;
+    for (Index i = 1; i < count(); ++i)
+      if (block(m, i).size() != block(m, 0).size()) return false;
+    return true;
+  }
 
   /// The options (core/options.hpp): heads, split_sizes, split_groups; heads and split_sizes exclusive,
   /// split_groups only with split_sizes.

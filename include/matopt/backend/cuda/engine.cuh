@@ -476,26 +476,7 @@ class Engine {
   /// triangle of C's diagonal blocks (file comment).
   template <class T>
   void syrk_lower(T alpha, const Strided<T>& a, T beta, Strided<T>& c) {
-    check_float<T>();
-    if (c.rows != a.rows || c.cols != a.rows)
-      throw std::logic_error("matopt::cuda::Engine::syrk_lower: C must be n x n");
-    if (c.rows == 0) return;
-    const detail::BlasOperand oc = detail::blas_operand(c);
-    if (oc.op != CUBLAS_OP_N) throw std::logic_error("matopt::cuda::Engine::syrk_lower: C must be column-major");
-    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k");
-    if constexpr (std::is_same_v<T, float>) {
-      if (precision_ == Precision::BF16) {
-        syrk_bf16(alpha, a, beta, c, oc.ld);
-        return;
-      }
-    }
-    const detail::BlasOperand oa = detail::blas_operand(a);
-    if constexpr (std::is_same_v<T, float>)
-      MATOPT_CUDA_CHECK(
-          cublasSsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
-    else
-      MATOPT_CUDA_CHECK(
-          cublasDsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
+    syrk(alpha, a, beta, c, precision_ == Precision::BF16, "syrk_lower");
   }
   /// c(i, j) = c(j, i) for i < j.
   template <class T>
@@ -545,22 +526,7 @@ class Engine {
   /// Gram of diagnostics and of Adaptive (at least fp32: `docs/math.md#diagonal-dominance`). C column-major.
   template <class T>
   void gram_lower(const Strided<T>& a, Strided<T>& c) {
-    check_float<T>();
-    if (c.rows != a.rows || c.cols != a.rows)
-      throw std::logic_error("matopt::cuda::Engine::gram_lower: C must be n x n");
-    if (c.rows == 0) return;
-    const detail::BlasOperand oc = detail::blas_operand(c), oa = detail::blas_operand(a);
-    if (oc.op != CUBLAS_OP_N) throw std::logic_error("matopt::cuda::Engine::gram_lower: C must be column-major");
-    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k");
-    const T one = T(1), zero = T(0);
-    default_math([&] {
-      if constexpr (std::is_same_v<T, float>)
-        MATOPT_CUDA_CHECK(
-            cublasSsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &one, a.data, oa.ld, &zero, c.data, oc.ld));
-      else
-        MATOPT_CUDA_CHECK(
-            cublasDsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &one, a.data, oa.ld, &zero, c.data, oc.ld));
-    });
+    default_math([&] { syrk(T(1), a, T(0), c, false, "gram_lower"); });
   }
 
   // ---- Vectors (SpectralCap's power iteration: contiguous device vectors of the lengths the shapes imply) --
@@ -671,24 +637,8 @@ class Engine {
     if (c.rows != a.rows || c.cols != a.rows || c.count != a.count)
       throw std::logic_error("matopt::cuda::Engine::syrk_lower (batched): C must be count x n x n");
     if (c.rows == 0 || c.count == 0) return;
-    const T al = alpha.constant("syrk_lower"), be = beta.constant("syrk_lower");
-    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k"),
-              count = detail::to_int(a.count, "count");
-    if constexpr (std::is_same_v<T, float>) {
-      if (precision_ == Precision::BF16) {
-        const __nv_bfloat16* a16 = to_bf16(detail::mat(Strided<const T>(a.matrix()), a.stride), a.rows, a.cols, a.count,
-                                           bf16_a_, "syrk_lower");
-        MATOPT_CUDA_CHECK(cublasGemmStridedBatchedEx(blas_, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &al, a16, CUDA_R_16BF, n,
-                                                     a.size(), a16, CUDA_R_16BF, n, a.size(), &be, c.data, CUDA_R_32F,
-                                                     n, c.stride, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        return;
-      }
-      MATOPT_CUDA_CHECK(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &al, a.data, n, a.stride,
-                                                  a.data, n, a.stride, &be, c.data, n, c.stride, count));
-    } else {
-      MATOPT_CUDA_CHECK(cublasDgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_T, n, n, k, &al, a.data, n, a.stride,
-                                                  a.data, n, a.stride, &be, c.data, n, c.stride, count));
-    }
+    gemm_strided_batched(CUBLAS_OP_T, alpha.constant("syrk_lower"), a, a, beta.constant("syrk_lower"), c,
+                         "syrk_lower");
   }
   /// C_b <- alpha A_b B_b + beta C_b for every matrix.
   template <class T>
@@ -698,26 +648,7 @@ class Engine {
     if (a.rows != c.rows || b.cols != c.cols || a.cols != b.rows || a.count != c.count || b.count != c.count)
       throw std::logic_error("matopt::cuda::Engine::gemm (batched): operand shapes do not match");
     if (c.size() == 0 || c.count == 0) return;
-    const T al = alpha.constant("gemm"), be = beta.constant("gemm");
-    const int m = detail::to_int(c.rows, "m"), n = detail::to_int(c.cols, "n"), k = detail::to_int(a.cols, "k");
-    const int count = detail::to_int(c.count, "count"), lda = std::max(1, m), ldb = std::max(1, k);
-    if constexpr (std::is_same_v<T, float>) {
-      if (precision_ == Precision::BF16) {
-        const __nv_bfloat16* a16 =
-            to_bf16(detail::mat(Strided<const T>(a.matrix()), a.stride), a.rows, a.cols, a.count, bf16_a_, "gemm");
-        const __nv_bfloat16* b16 =
-            to_bf16(detail::mat(Strided<const T>(b.matrix()), b.stride), b.rows, b.cols, b.count, bf16_b_, "gemm");
-        MATOPT_CUDA_CHECK(cublasGemmStridedBatchedEx(
-            blas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &al, a16, CUDA_R_16BF, lda, a.size(), b16, CUDA_R_16BF, ldb,
-            b.size(), &be, c.data, CUDA_R_32F, m, c.stride, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        return;
-      }
-      MATOPT_CUDA_CHECK(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &al, a.data, lda, a.stride,
-                                                  b.data, ldb, b.stride, &be, c.data, m, c.stride, count));
-    } else {
-      MATOPT_CUDA_CHECK(cublasDgemmStridedBatched(blas_, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &al, a.data, lda, a.stride,
-                                                  b.data, ldb, b.stride, &be, c.data, m, c.stride, count));
-    }
+    gemm_strided_batched(CUBLAS_OP_N, alpha.constant("gemm"), a, b, beta.constant("gemm"), c, "gemm");
   }
   /// Copies each matrix's lower triangle onto its upper one.
   template <class T>
@@ -862,6 +793,60 @@ class Engine {
       MATOPT_CUDA_CHECK(cublasDgeam(blas_, ox.op, oy.op, m, n, &a, x.data, ox.ld, &b, y.data, oy.ld, out.data, oo.ld));
   }
 
+  /// lower(C) <- alpha A A^T + beta lower(C) for syrk_lower and gram_lower: cublas<t>syrk, or with bf16 operands
+  /// (`bf16`, T float) syrk_bf16. C column-major.
+  template <class T>
+  void syrk(T alpha, const Strided<T>& a, T beta, Strided<T>& c, bool bf16, const char* what) {
+    check_float<T>();
+    if (c.rows != a.rows || c.cols != a.rows)
+      throw std::logic_error(std::string("matopt::cuda::Engine::") + what + ": C must be n x n");
+    if (c.rows == 0) return;
+    const detail::BlasOperand oc = detail::blas_operand(c), oa = detail::blas_operand(a);
+    if (oc.op != CUBLAS_OP_N)
+      throw std::logic_error(std::string("matopt::cuda::Engine::") + what + ": C must be column-major");
+    if constexpr (std::is_same_v<T, float>) {
+      if (bf16) {
+        syrk_bf16(alpha, a, beta, c, oc.ld);
+        return;
+      }
+    }
+    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k");
+    if constexpr (std::is_same_v<T, float>)
+      MATOPT_CUDA_CHECK(
+          cublasSsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
+    else
+      MATOPT_CUDA_CHECK(
+          cublasDsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
+  }
+  /// C_b <- alpha A_b op(B_b) + beta C_b for every matrix of the batches (op: CUBLAS_OP_N, or CUBLAS_OP_T for the
+  /// batched SYRK's A A^T), as one strided-batched cuBLAS call in the engine's precision: BF16 converts A and B
+  /// (once where B is A) and accumulates in FP32.
+  template <class T>
+  void gemm_strided_batched(cublasOperation_t op_b, T alpha, const Batched<T>& a, const Batched<T>& b, T beta,
+                            Batched<T>& c, const char* what) {
+    const int m = detail::to_int(c.rows, "m"), n = detail::to_int(c.cols, "n"), k = detail::to_int(a.cols, "k");
+    const int count = detail::to_int(c.count, "count"), lda = std::max(1, m);
+    const int ldb = std::max(1, detail::to_int(b.rows, "ldb"));
+    if constexpr (std::is_same_v<T, float>) {
+      if (precision_ == Precision::BF16) {
+        const __nv_bfloat16* a16 =
+            to_bf16(detail::mat(Strided<const T>(a.matrix()), a.stride), a.rows, a.cols, a.count, bf16_a_, what);
+        const __nv_bfloat16* b16 =
+            &b == &a ? a16
+                     : to_bf16(detail::mat(Strided<const T>(b.matrix()), b.stride), b.rows, b.cols, b.count, bf16_b_,
+                               what);
+        MATOPT_CUDA_CHECK(cublasGemmStridedBatchedEx(
+            blas_, CUBLAS_OP_N, op_b, m, n, k, &alpha, a16, CUDA_R_16BF, lda, a.size(), b16, CUDA_R_16BF, ldb,
+            b.size(), &beta, c.data, CUDA_R_32F, m, c.stride, count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        return;
+      }
+      MATOPT_CUDA_CHECK(cublasSgemmStridedBatched(blas_, CUBLAS_OP_N, op_b, m, n, k, &alpha, a.data, lda, a.stride,
+                                                  b.data, ldb, b.stride, &beta, c.data, m, c.stride, count));
+    } else {
+      MATOPT_CUDA_CHECK(cublasDgemmStridedBatched(blas_, CUBLAS_OP_N, op_b, m, n, k, &alpha, a.data, lda, a.stride,
+                                                  b.data, ldb, b.stride, &beta, c.data, m, c.stride, count));
+    }
+  }
   /// A bf16 column-major copy (count matrices of rows x cols, contiguous) of src in `buffer`.
   template <class T>
   const __nv_bfloat16* to_bf16(detail::Mat<const T> src, Index rows, Index cols, Index count,
