@@ -317,6 +317,21 @@ TEST_CASE("preset defaults") {
           p.split_groups = 4;
         }) == doctest::Approx(0.02 * std::sqrt(2.0)));
   CHECK(blocked_lr([](auto& p) { p.heads = 3; }) == doctest::Approx(0.02 * 2));
+  // Blocks all of one shape, two or more (the CUDA engine orthogonalizes them as one batch).
+  RowBlocks b;
+  b.heads = 4;
+  CHECK(b.equal_blocks(64));
+  CHECK_FALSE(b.equal_blocks(66));  // 4 does not divide 66
+  b.heads = 1;
+  CHECK_FALSE(b.equal_blocks(64));
+  b.split_sizes = {16, 16};
+  b.split_groups = 2;
+  CHECK(b.equal_blocks(64));
+  b.split_sizes = {32, 16, 16};
+  b.split_groups = 1;
+  CHECK_FALSE(b.equal_blocks(64));
+  b.split_sizes = {64};
+  CHECK_FALSE(b.equal_blocks(64));  // one block
 }
 
 // AutoSteps (ns_steps=auto): the plan against the spectrum the test builds, K against Jordan's scalar map.
