@@ -14,14 +14,24 @@ if [ -z "$lib" ]; then
   echo "facade_compile_time: no libmatopt_runtime.a under $build (cmake --build $build --target matopt_runtime)" >&2
   exit 2
 fi
-# The engine and OpenMP as the build configured them (its CMakeCache.txt).
-flags=(-std=c++17 -O2 -Iinclude -isystem /usr/include/eigen3)
+# matopt::matopt's exported definitions (CMakeLists.txt: Eigen's alignment, fixed for every file of a program), then
+# the engine and OpenMP as the build configured them (its CMakeCache.txt).
+flags=(-std=c++17 -O2 -Iinclude -isystem /usr/include/eigen3 -DEIGEN_MAX_ALIGN_BYTES=64
+       -DEIGEN_MAX_STATIC_ALIGN_BYTES=64)
 libs=()
 if grep -q '^MATOPT_GEMM_ENGINE:STRING=\(auto\|blas\)' "$build/CMakeCache.txt" &&
    grep -q '^MATOPT_CBLAS_INCLUDE_DIR:PATH=/' "$build/CMakeCache.txt"; then
   cblas=$(sed -n 's/^MATOPT_CBLAS_INCLUDE_DIR:PATH=//p' "$build/CMakeCache.txt")
   flags+=(-DMATOPT_USE_BLAS -isystem "$cblas")
   libs+=(-lopenblas)
+fi
+# oneDNN (ns_dtype = bfloat16) as the build found it: the runtime's files were compiled with MATOPT_HAS_ONEDNN, and
+# every file of one program must agree (core/detail/config_check.hpp).
+onednn=$(sed -n 's/^MATOPT_ONEDNN_LIBRARY:FILEPATH=//p' "$build/CMakeCache.txt")
+if ! grep -q '^MATOPT_ONEDNN:STRING=OFF' "$build/CMakeCache.txt" && [[ $onednn == /* ]] &&
+   grep -q '^MATOPT_ONEDNN_INCLUDE_DIR:PATH=/' "$build/CMakeCache.txt"; then
+  flags+=(-DMATOPT_HAS_ONEDNN)
+  libs+=("$onednn")
 fi
 flags+=(-fopenmp)
 tmp=$(mktemp -d)
