@@ -108,84 +108,24 @@ class HybridOptimizer {
 
   /// Registers a parameter (the data stays the caller's, and must outlive this optimizer's use of it);
   /// returns its index, the order step(grads) expects.
-  std::size_t add(std::string name, MatrixView<T> param, Role role = Role::Auto, std::size_t group = 0) {
-    constexpr const char* where = "matopt::HybridOptimizer::add";
-    if (group >= groups_.size())
-      detail::fail(where, "parameter '", name, "': group ", group, " does not exist (", groups_.size(),
-                   " groups)");
-    if (role == Role::Auto) role = (param.rows > 1 && param.cols > 1) ? Role::Hidden : Role::Vector;
-    const Route route = route_of(role);
-    Param p{std::move(name), param, role, route, group, {}};
-    p.state = optimizer(route).make_state(param);
-    params_.push_back(std::move(p));
-    return params_.size() - 1;
-  }
+  std::size_t add(std::string name, MatrixView<T> param, Role role = Role::Auto, std::size_t group = 0);
 
   /// Points parameter i at new storage of the same shape and layout (its values moved, e.g. a framework
   /// reallocated the tensor); the state is kept. Telemetry names are looked up by storage: call
   /// set_telemetry again after rebinding.
-  void rebind(std::size_t i, MatrixView<T> param) {
-    Param& p = this->param(i, "rebind");
-    if (param.rows != p.view.rows || param.cols != p.view.cols ||
-        !detail::same_layout(param.layout, p.view.layout, param.rows, param.cols))
-      detail::fail("matopt::HybridOptimizer::rebind", "parameter '", p.name, "' is ",
-                   detail::shape_string(p.view.rows, p.view.cols), " ", detail::layout_name(p.view.layout),
-                   " but the new storage is ", detail::shape_string(param.rows, param.cols), " ",
-                   detail::layout_name(param.layout));
-    p.view = param;
-  }
+  void rebind(std::size_t i, MatrixView<T> param);
 
   /// Steps parameter i with gradient g (same shape and layout as the parameter).
-  void step(std::size_t i, MatrixView<const T> g) {
-    Param& p = param(i, "step");
-    validate_group(groups_[p.group]);  // groups are mutable through group()
-    const bool finite = check_grad(p, g);
-    if (skips(finite)) return;
-    batch_clear();
-    batch_add(p, g, finite);
-    batch_run();
-  }
+  void step(std::size_t i, MatrixView<const T> g);
 
   /// Steps every parameter, grads[i] for parameter i. All gradients are checked (count, shapes, finite
   /// values) before any parameter changes.
-  void step(const std::vector<MatrixView<const T>>& grads) {
-    if (grads.size() != params_.size())
-      detail::fail("matopt::HybridOptimizer::step", "got ", grads.size(), " gradients for ", params_.size(),
-                   " parameters");
-    for (const Group& g : groups_) validate_group(g);  // groups are mutable through group()
-    batch_clear();
-    bool finite = true;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      const bool f = check_grad(params_[i], grads[i]);
-      batch_add(params_[i], grads[i], f);
-      finite = f && finite;
-    }
-    if (skips(finite)) return;
-    batch_run();
-  }
+  void step(const std::vector<MatrixView<const T>>& grads);
 
   /// Steps some parameters: parameter indices[k] with grads[k], in the order given (the others, e.g. those
   /// without a gradient this step, are untouched). Everything is checked (indices distinct and in range,
   /// shapes, finite values) before any parameter changes.
-  void step(const std::vector<std::size_t>& indices, const std::vector<MatrixView<const T>>& grads) {
-    constexpr const char* where = "matopt::HybridOptimizer::step";
-    if (grads.size() != indices.size())
-      detail::fail(where, "got ", grads.size(), " gradients for ", indices.size(), " parameter indices");
-    for (const Group& g : groups_) validate_group(g);
-    seen_.assign(params_.size(), 0);
-    batch_clear();
-    bool finite = true;
-    for (std::size_t k = 0; k < indices.size(); ++k) {
-      Param& p = param(indices[k], "step");
-      if (seen_[indices[k]]) detail::fail(where, "parameter '", p.name, "' (index ", indices[k], ") given twice");
-      seen_[indices[k]] = 1;
-      const bool f = check_grad(p, grads[k]);
-      batch_add(p, grads[k], f);
-      finite = f && finite;
-    }
-    if (skips(finite)) return;
-    batch_run();
-  }
+  void step(const std::vector<std::size_t>& indices, const std::vector<MatrixView<const T>>& grads);
 
   /// Steps skipped for a non-finite gradient (Options::non_finite = Skip).
   std::int64_t skipped_steps() const { return skipped_steps_; }
@@ -197,17 +137,7 @@ class HybridOptimizer {
   /// Reports every `every`-th step of each matrix-routed parameter, with its name (step_policy.hpp's
   /// Telemetry; AdamW-routed parameters do not report). every = 0 turns it off. Call it after adding the
   /// parameters: names are looked up among those registered at this call.
-  void set_telemetry(int every, std::function<void(const std::string&, const StepReport<T>&)> callback) {
-    Telemetry<T> t;
-    t.every = every;
-    if (every > 0 && callback)
-      t.callback = [names = parameter_names(), cb = std::move(callback)](const StepReport<T>& r) {
-        for (const auto& [data, name] : names)
-          if (data == r.param) return cb(name, r);
-        cb(std::string(), r);
-      };
-    matrix_.set_telemetry(std::move(t));
-  }
+  void set_telemetry(int every, std::function<void(const std::string&, const StepReport<T>&)> callback);
 
   /// Number of parameters added.
   std::size_t size() const { return params_.size(); }
@@ -249,20 +179,10 @@ class HybridOptimizer {
   /// it, or a checkpoint of this container, then throws until read_state or restore gives it a state again.
   void release_state(std::size_t i) { param(i, "release_state").state = {}; }
   /// Writes parameter i's optimizer state (its checkpoint fields) to `w` (to move it to another rank).
-  void write_state(std::size_t i, detail::Writer& w) const {
-    const Param& p = param(i, "write_state");
-    if (!p.state.valid())
-      detail::fail("matopt::HybridOptimizer::write_state", "parameter '", p.name, "' holds no state (released)");
-    p.state.write(w);
-  }
+  void write_state(std::size_t i, detail::Writer& w) const;
   /// Reads parameter i's optimizer state from `r` (what write_state wrote) into a new state; on an error the
   /// parameter keeps what it had.
-  void read_state(std::size_t i, detail::Reader& r) {
-    Param& p = param(i, "read_state");
-    auto fresh = optimizer(p.route).make_state(p.view);
-    fresh.read(r);
-    p.state = std::move(fresh);
-  }
+  void read_state(std::size_t i, detail::Reader& r);
 
   /// Bytes of all parameters' optimizer state plus both optimizers' workspaces.
   std::size_t state_bytes() const {
@@ -320,80 +240,10 @@ class HybridOptimizer {
 
  public:
   /// The checkpoint file's bytes (used by save_checkpoint).
-  std::string checkpoint_bytes(bool parameters) const {
-    detail::Writer w;
-    w.string(checkpoint_identity);
-    w.pod(std::uint64_t(params_.size()));
-    w.pod(std::uint8_t(parameters ? 1 : 0));
-    w.pod(std::int64_t(skipped_steps_));
-    for (const auto& p : params_) {
-      if (!p.state.valid())
-        detail::fail("matopt::HybridOptimizer::checkpoint", "parameter '", p.name,
-                     "' holds no state (released on a rank that does not own it: gather the states first)");
-      w.string(p.name);
-      w.pod(std::uint8_t(p.route));
-      w.string(optimizer(p.route).identity());
-      w.pod(std::int64_t(p.view.rows));
-      w.pod(std::int64_t(p.view.cols));
-      w.state(p.state);
-      if (parameters) w.bytes(p.view.data, std::size_t(p.view.rows * p.view.cols) * sizeof(T));
-    }
-    return detail::seal(w.data(), sizeof(T));
-  }
+  std::string checkpoint_bytes(bool parameters) const;
 
   /// Restores from a checkpoint file's bytes, all or nothing (used by load_checkpoint).
-  void restore(const std::string& file) {
-    using detail::Reader;
-    Reader r = detail::unseal(file, sizeof(T));
-    if (r.string("the identity") != checkpoint_identity) Reader::fail("not a HybridOptimizer checkpoint");
-    const auto n = r.pod<std::uint64_t>("the parameter count");
-    if (n != params_.size()) Reader::fail("the file holds ", n, " parameters but this optimizer has ", params_.size());
-    const auto with_values = r.pod<std::uint8_t>("the parameters flag");
-    if (with_values > 1) Reader::fail("bad parameters flag ", int(with_values));
-    const auto skipped = r.pod<std::int64_t>("the skipped-step count");
-    if (skipped < 0) Reader::fail("the skipped-step count is ", skipped, ": a count cannot be negative");
-    std::vector<typename AnyOptimizer<T>::State> states;
-    std::vector<T> values;
-    states.reserve(params_.size());
-    for (const auto& p : params_) {
-      const std::string name = r.string("a parameter name");
-      if (name != p.name) Reader::fail("parameter ", states.size(), " is '", name, "' in the file but '", p.name, "' here");
-      const auto route = r.pod<std::uint8_t>("a route");
-      if (route != std::uint8_t(p.route)) Reader::fail("parameter '", p.name, "' was routed differently when saved");
-      const std::string id = r.string("an optimizer identity");
-      if (id != optimizer(p.route).identity())
-        Reader::fail("parameter '", p.name, "' was stepped by '", id, "' but is now stepped by '",
-                     optimizer(p.route).identity(), "'");
-      const auto rows = r.pod<std::int64_t>("a shape"), cols = r.pod<std::int64_t>("a shape");
-      if (rows != p.view.rows || cols != p.view.cols)
-        Reader::fail("parameter '", p.name, "' is ", rows, "x", cols, " in the file but ", p.view.rows, "x",
-                     p.view.cols, " here");
-      states.push_back(p.state.valid() ? p.state : optimizer(p.route).make_state(p.view));
-      r.state(states.back());
-      if (with_values) {
-        const auto count = std::size_t(rows * cols);
-        if (count * sizeof(T) > r.left()) Reader::fail("truncated in the values of parameter '", p.name, "'");
-        const std::size_t at = values.size();
-        values.resize(at + count);
-        r.bytes(values.data() + at, count * sizeof(T), "parameter values");
-        for (std::size_t k = at; k < at + count; ++k)
-          if (!std::isfinite(values[k]))
-            Reader::fail("parameter '", p.name, "' has a non-finite value (", double(values[k]), ") at index ", k - at);
-      }
-    }
-    if (r.left() != 0) Reader::fail(r.left(), " unread bytes after the last parameter");
-    // Everything was read: commit.
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      params_[i].state = std::move(states[i]);
-      if (with_values) {
-        const auto count = std::size_t(params_[i].view.rows * params_[i].view.cols);
-        if (count != 0) std::memcpy(params_[i].view.data, values.data() + at, count * sizeof(T));
-        at += count;
-      }
-    }
-    skipped_steps_ = skipped;
-  }
+  void restore(const std::string& file);
 
  private:
 
@@ -404,20 +254,7 @@ class HybridOptimizer {
   }
 
   /// Shape and layout (throws); returns whether g is finite (throws if not, under NonFinite::Throw).
-  bool check_grad(const Param& p, MatrixView<const T> g) const {
-    constexpr const char* where = "matopt::HybridOptimizer::step";
-    if (g.rows != p.view.rows || g.cols != p.view.cols)
-      detail::fail(where, "gradient of '", p.name, "' is ", detail::shape_string(g.rows, g.cols),
-                   " but the parameter is ", detail::shape_string(p.view.rows, p.view.cols));
-    if (!detail::same_layout(g.layout, p.view.layout, g.rows, g.cols))
-      detail::fail(where, "gradient of '", p.name, "' is ", detail::layout_name(g.layout), " but the parameter is ",
-                   detail::layout_name(p.view.layout));
-    const bool finite = detail::with_map(g, [&](const auto& gm) { return detail::all_finite(gm); });
-    if (!finite && options_.non_finite == NonFinite::Throw)
-      detail::fail(where, "gradient of '", p.name, "' (", detail::shape_string(g.rows, g.cols),
-                   ") contains a non-finite value; nothing was changed (options.non_finite = throw)");
-    return finite;
-  }
+  bool check_grad(const Param& p, MatrixView<const T> g) const;
 
   /// The parameters of one step, per route: each with its gradient, state and settings (its group's lr and
   /// weight decay, this container's non-finite policy, and the finiteness check_grad found), stepped by one
@@ -440,29 +277,8 @@ class HybridOptimizer {
   void batch_clear() {
     for (Batch& b : batches_) b.clear();
   }
-  void batch_add(Param& p, MatrixView<const T> g, bool finite) {
-    const AnyOptimizer<T>& opt = optimizer(p.route);
-    const Group& grp = groups_[p.group];
-    const std::optional<T>& own = group_lr_[p.group];
-    Batch& b = batches_[p.route == Route::Matrix ? 0 : 1];
-    b.names.push_back(&p.name);
-    b.params.push_back(p.view);
-    b.grads.push_back(g);
-    b.states.push_back(&p.state);
-    b.settings.push_back({(own ? *own : opt.lr()) * grp.lr_scale, grp.weight_decay ? *grp.weight_decay : opt.weight_decay(),
-                          options_.non_finite, finite});
-  }
-  void batch_run() {
-    for (const Batch& b : batches_)  // after the non-finite decision: a skipped step may name released states
-      for (std::size_t k = 0; k < b.states.size(); ++k)
-        if (!b.states[k]->valid())
-          detail::fail("matopt::HybridOptimizer::step", "parameter '", *b.names[k],
-                       "' holds no state (released: another rank steps it); nothing was changed");
-    for (int r = 0; r < 2; ++r) {
-      Batch& b = batches_[r];
-      if (!b.params.empty()) optimizer(r == 0 ? Route::Matrix : Route::AdamW).step(b.params, b.grads, b.states, b.settings);
-    }
-  }
+  void batch_add(Param& p, MatrixView<const T> g, bool finite);
+  void batch_run();
 
   AnyOptimizer<T> matrix_;
   AnyOptimizer<T> adamw_;
@@ -474,6 +290,235 @@ class HybridOptimizer {
   Batch batches_[2];                ///< one step's parameters: matrix route, AdamW route
   std::vector<unsigned char> seen_;  ///< step(indices, grads): indices given
 };
+
+// Out of the class body, so that extern template (matopt::runtime) also keeps these out of its users' files.
+template <class T>
+std::size_t HybridOptimizer<T>::add(std::string name, MatrixView<T> param, Role role, std::size_t group) {
+  constexpr const char* where = "matopt::HybridOptimizer::add";
+  if (group >= groups_.size())
+    detail::fail(where, "parameter '", name, "': group ", group, " does not exist (", groups_.size(),
+                 " groups)");
+  if (role == Role::Auto) role = (param.rows > 1 && param.cols > 1) ? Role::Hidden : Role::Vector;
+  const Route route = route_of(role);
+  Param p{std::move(name), param, role, route, group, {}};
+  p.state = optimizer(route).make_state(param);
+  params_.push_back(std::move(p));
+  return params_.size() - 1;
+}
+
+template <class T>
+void HybridOptimizer<T>::rebind(std::size_t i, MatrixView<T> param) {
+  Param& p = this->param(i, "rebind");
+  if (param.rows != p.view.rows || param.cols != p.view.cols ||
+      !detail::same_layout(param.layout, p.view.layout, param.rows, param.cols))
+    detail::fail("matopt::HybridOptimizer::rebind", "parameter '", p.name, "' is ",
+                 detail::shape_string(p.view.rows, p.view.cols), " ", detail::layout_name(p.view.layout),
+                 " but the new storage is ", detail::shape_string(param.rows, param.cols), " ",
+                 detail::layout_name(param.layout));
+  p.view = param;
+}
+
+template <class T>
+void HybridOptimizer<T>::step(std::size_t i, MatrixView<const T> g) {
+  Param& p = param(i, "step");
+  validate_group(groups_[p.group]);  // groups are mutable through group()
+  const bool finite = check_grad(p, g);
+  if (skips(finite)) return;
+  batch_clear();
+  batch_add(p, g, finite);
+  batch_run();
+}
+
+template <class T>
+void HybridOptimizer<T>::step(const std::vector<MatrixView<const T>>& grads) {
+  if (grads.size() != params_.size())
+    detail::fail("matopt::HybridOptimizer::step", "got ", grads.size(), " gradients for ", params_.size(),
+                 " parameters");
+  for (const Group& g : groups_) validate_group(g);  // groups are mutable through group()
+  batch_clear();
+  bool finite = true;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const bool f = check_grad(params_[i], grads[i]);
+    batch_add(params_[i], grads[i], f);
+    finite = f && finite;
+  }
+  if (skips(finite)) return;
+  batch_run();
+}
+
+template <class T>
+void HybridOptimizer<T>::step(const std::vector<std::size_t>& indices, const std::vector<MatrixView<const T>>& grads) {
+  constexpr const char* where = "matopt::HybridOptimizer::step";
+  if (grads.size() != indices.size())
+    detail::fail(where, "got ", grads.size(), " gradients for ", indices.size(), " parameter indices");
+  for (const Group& g : groups_) validate_group(g);
+  seen_.assign(params_.size(), 0);
+  batch_clear();
+  bool finite = true;
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    Param& p = param(indices[k], "step");
+    if (seen_[indices[k]]) detail::fail(where, "parameter '", p.name, "' (index ", indices[k], ") given twice");
+    seen_[indices[k]] = 1;
+    const bool f = check_grad(p, grads[k]);
+    batch_add(p, grads[k], f);
+    finite = f && finite;
+  }
+  if (skips(finite)) return;
+  batch_run();
+}
+
+template <class T>
+void HybridOptimizer<T>::set_telemetry(int every,
+                                       std::function<void(const std::string&, const StepReport<T>&)> callback) {
+  Telemetry<T> t;
+  t.every = every;
+  if (every > 0 && callback)
+    t.callback = [names = parameter_names(), cb = std::move(callback)](const StepReport<T>& r) {
+      for (const auto& [data, name] : names)
+        if (data == r.param) return cb(name, r);
+      cb(std::string(), r);
+    };
+  matrix_.set_telemetry(std::move(t));
+}
+
+template <class T>
+void HybridOptimizer<T>::write_state(std::size_t i, detail::Writer& w) const {
+  const Param& p = param(i, "write_state");
+  if (!p.state.valid())
+    detail::fail("matopt::HybridOptimizer::write_state", "parameter '", p.name, "' holds no state (released)");
+  p.state.write(w);
+}
+
+template <class T>
+void HybridOptimizer<T>::read_state(std::size_t i, detail::Reader& r) {
+  Param& p = param(i, "read_state");
+  auto fresh = optimizer(p.route).make_state(p.view);
+  fresh.read(r);
+  p.state = std::move(fresh);
+}
+
+template <class T>
+std::string HybridOptimizer<T>::checkpoint_bytes(bool parameters) const {
+  detail::Writer w;
+  w.string(checkpoint_identity);
+  w.pod(std::uint64_t(params_.size()));
+  w.pod(std::uint8_t(parameters ? 1 : 0));
+  w.pod(std::int64_t(skipped_steps_));
+  for (const auto& p : params_) {
+    if (!p.state.valid())
+      detail::fail("matopt::HybridOptimizer::checkpoint", "parameter '", p.name,
+                   "' holds no state (released on a rank that does not own it: gather the states first)");
+    w.string(p.name);
+    w.pod(std::uint8_t(p.route));
+    w.string(optimizer(p.route).identity());
+    w.pod(std::int64_t(p.view.rows));
+    w.pod(std::int64_t(p.view.cols));
+    w.state(p.state);
+    if (parameters) w.bytes(p.view.data, std::size_t(p.view.rows * p.view.cols) * sizeof(T));
+  }
+  return detail::seal(w.data(), sizeof(T));
+}
+
+template <class T>
+void HybridOptimizer<T>::restore(const std::string& file) {
+  using detail::Reader;
+  Reader r = detail::unseal(file, sizeof(T));
+  if (r.string("the identity") != checkpoint_identity) Reader::fail("not a HybridOptimizer checkpoint");
+  const auto n = r.pod<std::uint64_t>("the parameter count");
+  if (n != params_.size()) Reader::fail("the file holds ", n, " parameters but this optimizer has ", params_.size());
+  const auto with_values = r.pod<std::uint8_t>("the parameters flag");
+  if (with_values > 1) Reader::fail("bad parameters flag ", int(with_values));
+  const auto skipped = r.pod<std::int64_t>("the skipped-step count");
+  if (skipped < 0) Reader::fail("the skipped-step count is ", skipped, ": a count cannot be negative");
+  std::vector<typename AnyOptimizer<T>::State> states;
+  std::vector<T> values;
+  states.reserve(params_.size());
+  for (const auto& p : params_) {
+    const std::string name = r.string("a parameter name");
+    if (name != p.name)
+      Reader::fail("parameter ", states.size(), " is '", name, "' in the file but '", p.name, "' here");
+    const auto route = r.pod<std::uint8_t>("a route");
+    if (route != std::uint8_t(p.route)) Reader::fail("parameter '", p.name, "' was routed differently when saved");
+    const std::string id = r.string("an optimizer identity");
+    if (id != optimizer(p.route).identity())
+      Reader::fail("parameter '", p.name, "' was stepped by '", id, "' but is now stepped by '",
+                   optimizer(p.route).identity(), "'");
+    const auto rows = r.pod<std::int64_t>("a shape"), cols = r.pod<std::int64_t>("a shape");
+    if (rows != p.view.rows || cols != p.view.cols)
+      Reader::fail("parameter '", p.name, "' is ", rows, "x", cols, " in the file but ", p.view.rows, "x",
+                   p.view.cols, " here");
+    states.push_back(p.state.valid() ? p.state : optimizer(p.route).make_state(p.view));
+    r.state(states.back());
+    if (with_values) {
+      const auto count = std::size_t(rows * cols);
+      if (count * sizeof(T) > r.left()) Reader::fail("truncated in the values of parameter '", p.name, "'");
+      const std::size_t at = values.size();
+      values.resize(at + count);
+      r.bytes(values.data() + at, count * sizeof(T), "parameter values");
+      for (std::size_t k = at; k < at + count; ++k)
+        if (!std::isfinite(values[k]))
+          Reader::fail("parameter '", p.name, "' has a non-finite value (", double(values[k]), ") at index ", k - at);
+    }
+  }
+  if (r.left() != 0) Reader::fail(r.left(), " unread bytes after the last parameter");
+  // Everything was read: commit.
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    params_[i].state = std::move(states[i]);
+    if (with_values) {
+      const auto count = std::size_t(params_[i].view.rows * params_[i].view.cols);
+      if (count != 0) std::memcpy(params_[i].view.data, values.data() + at, count * sizeof(T));
+      at += count;
+    }
+  }
+  skipped_steps_ = skipped;
+}
+
+template <class T>
+bool HybridOptimizer<T>::check_grad(const Param& p, MatrixView<const T> g) const {
+  constexpr const char* where = "matopt::HybridOptimizer::step";
+  if (g.rows != p.view.rows || g.cols != p.view.cols)
+    detail::fail(where, "gradient of '", p.name, "' is ", detail::shape_string(g.rows, g.cols),
+                 " but the parameter is ", detail::shape_string(p.view.rows, p.view.cols));
+  if (!detail::same_layout(g.layout, p.view.layout, g.rows, g.cols))
+    detail::fail(where, "gradient of '", p.name, "' is ", detail::layout_name(g.layout), " but the parameter is ",
+                 detail::layout_name(p.view.layout));
+  const bool finite = detail::with_map(g, [&](const auto& gm) { return detail::all_finite(gm); });
+  if (!finite && options_.non_finite == NonFinite::Throw)
+    detail::fail(where, "gradient of '", p.name, "' (", detail::shape_string(g.rows, g.cols),
+                 ") contains a non-finite value; nothing was changed (options.non_finite = throw)");
+  return finite;
+}
+
+template <class T>
+void HybridOptimizer<T>::batch_add(Param& p, MatrixView<const T> g, bool finite) {
+  const AnyOptimizer<T>& opt = optimizer(p.route);
+  const Group& grp = groups_[p.group];
+  const std::optional<T>& own = group_lr_[p.group];
+  Batch& b = batches_[p.route == Route::Matrix ? 0 : 1];
+  b.names.push_back(&p.name);
+  b.params.push_back(p.view);
+  b.grads.push_back(g);
+  b.states.push_back(&p.state);
+  b.settings.push_back({(own ? *own : opt.lr()) * grp.lr_scale,
+                        grp.weight_decay ? *grp.weight_decay : opt.weight_decay(),
+                        options_.non_finite, finite});
+}
+
+template <class T>
+void HybridOptimizer<T>::batch_run() {
+  for (const Batch& b : batches_)  // after the non-finite decision: a skipped step may name released states
+    for (std::size_t k = 0; k < b.states.size(); ++k)
+      if (!b.states[k]->valid())
+        detail::fail("matopt::HybridOptimizer::step", "parameter '", *b.names[k],
+                     "' holds no state (released: another rank steps it); nothing was changed");
+  for (int r = 0; r < 2; ++r) {
+    Batch& b = batches_[r];
+    if (!b.params.empty())
+      optimizer(r == 0 ? Route::Matrix : Route::AdamW).step(b.params, b.grads, b.states, b.settings);
+  }
+}
+
 
 #if defined(MATOPT_RUNTIME_COMPILED)
 // Linked with matopt::runtime (src/runtime.cpp): compiled there, once, for float and double.

@@ -11,8 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
-#include <Eigen/LU>
+#include <utility>
 
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/precondition/schedule.hpp"
@@ -34,13 +33,31 @@ inline NsCoefficients optimal_quintic(double l, double u) {
   // Remez: p - 1 equioscillates (-E, +E, -E, +E) at (l, q, r, u); then move q, r to p's extrema.
   for (int iter = 0; iter < 100; ++iter) {
     e_old = e;
-    Eigen::Matrix4d lhs;
+    // [x, x^3, x^5, -+1] (a, b, c, E) = 1 at the four points, by Gaussian elimination with partial pivoting
+    // (written out: Eigen's LU costs every file that includes this header about 2 s of compile time).
+    double m[4][5];
     const double pts[4] = {l, q, r, u};
     for (int i = 0; i < 4; ++i) {
       const double x = pts[i];
-      lhs.row(i) << x, x * x * x, std::pow(x, 5), (i % 2 == 0) ? 1.0 : -1.0;
+      const double row[5] = {x, x * x * x, std::pow(x, 5), (i % 2 == 0) ? 1.0 : -1.0, 1.0};
+      std::copy(row, row + 5, m[i]);
     }
-    const Eigen::Vector4d sol = lhs.partialPivLu().solve(Eigen::Vector4d::Ones());
+    for (int k = 0; k < 4; ++k) {
+      int pivot = k;
+      for (int i = k + 1; i < 4; ++i)
+        if (std::abs(m[i][k]) > std::abs(m[pivot][k])) pivot = i;
+      std::swap(m[k], m[pivot]);
+      for (int i = k + 1; i < 4; ++i) {
+        const double f = m[i][k] / m[k][k];
+        for (int j = k; j < 5; ++j) m[i][j] -= f * m[k][j];
+      }
+    }
+    double sol[4];
+    for (int i = 3; i >= 0; --i) {
+      double t = m[i][4];
+      for (int j = i + 1; j < 4; ++j) t -= m[i][j] * sol[j];
+      sol[i] = t / m[i][i];
+    }
     p = {sol[0], sol[1], sol[2]};
     e = sol[3];
     const double disc = std::sqrt(9 * p.b * p.b - 20 * p.a * p.c);
