@@ -34,7 +34,10 @@ bool orthogonalize_setup(Engine& e, const T* u, T* out, Index count, Index m, In
                          const typename Method::Options& o, const char* where) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "matopt::cuda::orthogonalize: float or double");
   if (count < 0 || m < 0 || n < 0) matopt::detail::fail(where, "negative count or shape: ", count, " of ", m, "x", n);
-  matopt::detail::validate_options<Method>(o, where);
+  // bfloat16 products are this engine's own (cuBLAS): the options' host check (oneDNN) does not apply.
+  typename Method::Options host_checked = o;
+  host_checked.dtype = NsDtype::Float32;
+  matopt::detail::validate_options<Method>(host_checked, where);
   if (o.dtype == NsDtype::BFloat16 && !std::is_same_v<T, float>)
     matopt::detail::fail(where, "ns_dtype = bfloat16 on the CUDA engine takes float matrices (double runs the FP64 "
                                 "routines); got double");
