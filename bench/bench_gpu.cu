@@ -10,6 +10,8 @@
 //   BM_GpuGemmFloor/<precision>/4096  15 cuBLAS GEMMs of 4096^3, the naive FLOPs of NS5 on 4096^2, with the NS
 //                                     products' types (bf16: bf16 operands, fp32 output, fp32 compute); the ratio
 //                                     NS / floor is performance.md's target 6 (<= 1.3; symmetry can take it below 1)
+//   BM_GpuSyrk/<precision>/4096       one Engine::syrk_lower, X X^T of a 4096^2 fp32 X (BF16: lower blocks in one
+//                                     batched GEMM; TF32: one full GEMM; FP32: SSYRK); `flops` counts 2 n^3
 //   BM_GpuRmnpStep/4096x4096          one cuda::Optimizer<RMNP<float>> step, row-major (the finiteness check of G,
 //                                     then the fused kernel); `bytes_per_second` counts 20 B/element (G, V, W read;
 //                                     V, W written), not the check's extra read of G
@@ -163,6 +165,24 @@ void BM_GpuGemmFloor(benchmark::State& state, mc::Precision p) {
   timer.rate(state, "flops", ns5_flops(double(kN), double(kN)));
 }
 
+void BM_GpuSyrk(benchmark::State& state, mc::Precision p) {
+  mc::Engine e(p);
+  e.reserve(kN, kN);
+  const std::size_t k_in = rotation(std::size_t(kN * kN) * sizeof(float));
+  std::vector<thrust::device_vector<float>> inputs;
+  for (std::size_t k = 0; k < k_in; ++k) inputs.push_back(random_device(kN * kN, unsigned(k)));
+  thrust::device_vector<float> cb(kN * kN);
+  Strided c = matopt::detail::col_major(raw(cb), kN, kN);
+  Timer timer;
+  timer.run(
+      state, e.stream(), [](int) {},
+      [&](int k) {
+        const Strided x = matopt::detail::col_major(raw(inputs[std::size_t(k) % k_in]), kN, kN);
+        e.syrk_lower(1.0f, x, 0.0f, c);
+      });
+  timer.rate(state, "flops", 2 * double(kN) * double(kN) * double(kN));  // naive: the full product's
+}
+
 /// Row-major 4096^2 RMNP inputs, rotated: W, G and the momentum V per set.
 struct RmnpSets {
   std::vector<thrust::device_vector<float>> w, g, v;
@@ -300,6 +320,10 @@ std::string summary(const SummaryReporter& rep) {
     std::snprintf(line, sizeof line, "  NS5 %s 4096^2: %9.1f us, GEMM floor %9.1f us, NS/floor %.3f (target <= 1.3)\n",
                   p, ns, floor, ratio(ns, floor));
     out += line;
+    const double syrk = rep.us(std::string("BM_GpuSyrk/") + p + "/4096");
+    std::snprintf(line, sizeof line, "       %s syrk_lower 4096^3: %9.1f us, %.3f of one floor GEMM\n", p, syrk,
+                  ratio(syrk, floor / 15));
+    out += line;
   }
   const double elements = double(kN * kN);
   const double step = rep.us("BM_GpuRmnpStep/4096x4096"), fused = rep.us("BM_GpuRmnpFused/4096x4096");
@@ -331,6 +355,8 @@ int main(int argc, char** argv) {
         [precision](benchmark::State& s) { BM_GpuNs(s, precision); });
     reg((std::string("BM_GpuGemmFloor/") + name + "/4096").c_str(),
         [precision](benchmark::State& s) { BM_GpuGemmFloor(s, precision); });
+    reg((std::string("BM_GpuSyrk/") + name + "/4096").c_str(),
+        [precision](benchmark::State& s) { BM_GpuSyrk(s, precision); });
   }
   reg("BM_GpuRmnpStep/4096x4096", BM_GpuRmnpStep);
   reg("BM_GpuRmnpFused/4096x4096", BM_GpuRmnpFused);

@@ -17,7 +17,9 @@
 //
 // Precision (the Newton–Schulz products; float only: double always runs cublasD*, FP64):
 //   FP32  cublasSgemm / cublasSsyrk, CUBLAS_DEFAULT_MATH (no TF32).
-//   TF32  the same calls under CUBLAS_TF32_TENSOR_OP_MATH (cuBLAS uses TF32 tensor cores where it has them).
+//   TF32  the same calls under CUBLAS_TF32_TENSOR_OP_MATH (cuBLAS uses TF32 tensor cores where it has them),
+//         except that A A^T is one full cublasSgemm: cuBLAS's SSYRK has no TF32 tensor-core path (the whole C
+//         written; only its lower triangle carries meaning, as for BF16 below).
 //   BF16  operands converted to __nv_bfloat16 copies in engine scratch; cublasGemmEx / GemmBatchedEx /
 //         GemmStridedBatchedEx with CUBLAS_COMPUTE_32F, fp32 outputs and fp32 alpha/beta (the beta-fused adds
 //         of ns_algorithm.hpp stay fp32). cuBLAS has no bf16 SYRK, so A A^T is the lower triangle by blocks:
@@ -472,11 +474,11 @@ class Engine {
       MATOPT_CUDA_CHECK(
           cublasDgemm(blas_, oa.op, ob.op, m, n, k, &alpha, a.data, oa.ld, b.data, ob.ld, &beta, c.data, oc.ld));
   }
-  /// lower(C) <- alpha A A^T + beta lower(C) (beta = 0: C not read). BF16 also writes the strict upper
-  /// triangle of C's diagonal blocks (file comment).
+  /// lower(C) <- alpha A A^T + beta lower(C) (beta = 0: C not read). BF16 and TF32 also write the strict upper
+  /// triangle (BF16: of C's diagonal blocks; file comment).
   template <class T>
   void syrk_lower(T alpha, const Strided<T>& a, T beta, Strided<T>& c) {
-    syrk(alpha, a, beta, c, precision_ == Precision::BF16, "syrk_lower");
+    syrk(alpha, a, beta, c, precision_ != Precision::FP32, "syrk_lower");
   }
   /// c(i, j) = c(j, i) for i < j.
   template <class T>
@@ -793,10 +795,11 @@ class Engine {
       MATOPT_CUDA_CHECK(cublasDgeam(blas_, ox.op, oy.op, m, n, &a, x.data, ox.ld, &b, y.data, oy.ld, out.data, oo.ld));
   }
 
-  /// lower(C) <- alpha A A^T + beta lower(C) for syrk_lower and gram_lower: cublas<t>syrk, or with bf16 operands
-  /// (`bf16`, T float) syrk_bf16. C column-major.
+  /// lower(C) <- alpha A A^T + beta lower(C) for syrk_lower and gram_lower: cublas<t>syrk, or on tensor cores
+  /// (`tensor_cores`, T float): syrk_bf16 in BF16, one full cublasSgemm in TF32 (cuBLAS's SSYRK has no TF32
+  /// tensor-core path: on an H200 it held TF32 Newton–Schulz at 3.9x the GEMM floor). C column-major.
   template <class T>
-  void syrk(T alpha, const Strided<T>& a, T beta, Strided<T>& c, bool bf16, const char* what) {
+  void syrk(T alpha, const Strided<T>& a, T beta, Strided<T>& c, bool tensor_cores, const char* what) {
     check_float<T>();
     if (c.rows != a.rows || c.cols != a.rows)
       throw std::logic_error(std::string("matopt::cuda::Engine::") + what + ": C must be n x n");
@@ -804,13 +807,19 @@ class Engine {
     const detail::BlasOperand oc = detail::blas_operand(c), oa = detail::blas_operand(a);
     if (oc.op != CUBLAS_OP_N)
       throw std::logic_error(std::string("matopt::cuda::Engine::") + what + ": C must be column-major");
+    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k");
     if constexpr (std::is_same_v<T, float>) {
-      if (bf16) {
+      if (tensor_cores && precision_ == Precision::BF16) {
         syrk_bf16(alpha, a, beta, c, oc.ld);
         return;
       }
+      if (tensor_cores) {  // op(A) op(A)^T as a GEMM: op(A) is A (n x k) for CUBLAS_OP_N, else A^T
+        const cublasOperation_t op_t = oa.op == CUBLAS_OP_N ? CUBLAS_OP_T : CUBLAS_OP_N;
+        MATOPT_CUDA_CHECK(cublasSgemm(blas_, oa.op, op_t, n, n, k, &alpha, a.data, oa.ld, a.data, oa.ld, &beta,
+                                      c.data, oc.ld));
+        return;
+      }
     }
-    const int n = detail::to_int(a.rows, "n"), k = detail::to_int(a.cols, "k");
     if constexpr (std::is_same_v<T, float>)
       MATOPT_CUDA_CHECK(
           cublasSsyrk(blas_, CUBLAS_FILL_MODE_LOWER, oa.op, n, k, &alpha, a.data, oa.ld, &beta, c.data, oc.ld));
