@@ -12,6 +12,8 @@
 //                                     NS / floor is performance.md's target 6 (<= 1.3; symmetry can take it below 1)
 //   BM_GpuSyrk/<precision>/4096       one Engine::syrk_lower, X X^T of a 4096^2 fp32 X (BF16: lower blocks in one
 //                                     batched GEMM; TF32: one full GEMM; FP32: SSYRK); `flops` counts 2 n^3
+//   BM_GpuGemmNT/<precision>/4096     one cuBLAS GEMM X X^T (N, T) of 4096^3 on random data: syrk_lower as a full
+//                                     product, beside the floor's zero-filled N x N GEMMs
 //   BM_GpuRmnpStep/4096x4096          one cuda::Optimizer<RMNP<float>> step, row-major (the finiteness check of G,
 //                                     then the fused kernel); `bytes_per_second` counts 20 B/element (G, V, W read;
 //                                     V, W written), not the check's extra read of G
@@ -22,8 +24,10 @@
 // After the run the ratios are printed (and written to $MATOPT_GPU_SUMMARY when set): NS / floor per precision,
 // fused RMNP GB/s / copy GB/s, batched / loop speedup. The ratio is the result (performance.md).
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <string>
 #include <utility>
@@ -31,6 +35,7 @@
 
 #include <benchmark/benchmark.h>
 #include <thrust/device_vector.h>
+#include <thrust/host_vector.h>
 
 #include <matopt/backend/cuda.cuh>
 #include <matopt/matopt.hpp>
@@ -183,6 +188,50 @@ void BM_GpuSyrk(benchmark::State& state, mc::Precision p) {
   timer.rate(state, "flops", 2 * double(kN) * double(kN) * double(kN));  // naive: the full product's
 }
 
+/// One GEMM X X^T (CUBLAS_OP_N, CUBLAS_OP_T) on random data in the precision's operand type: what syrk_lower
+/// would cost as one full product, beside the floor's zero-filled N x N GEMMs.
+void BM_GpuGemmNT(benchmark::State& state, mc::Precision p) {
+  mc::Engine e(p);
+  const bool bf16 = p == mc::Precision::BF16;
+  const std::size_t elem = bf16 ? 2 : 4, bytes = std::size_t(kN * kN) * elem;
+  const std::size_t k_in = rotation(bytes);
+  std::vector<thrust::device_vector<float>> inputs;
+  std::vector<thrust::device_vector<std::uint16_t>> inputs16;
+  for (std::size_t k = 0; k < k_in; ++k) {
+    thrust::device_vector<float> f = random_device(kN * kN, unsigned(k));
+    if (!bf16) {
+      inputs.push_back(std::move(f));
+      continue;
+    }
+    const thrust::host_vector<float> h = f;  // bf16 by truncation: the values do not change the work
+    std::vector<std::uint16_t> h16(h.size());
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      std::uint32_t u;
+      std::memcpy(&u, &h[i], sizeof u);
+      h16[i] = std::uint16_t(u >> 16);
+    }
+    inputs16.emplace_back(h16.begin(), h16.end());
+  }
+  thrust::device_vector<float> c(kN * kN);
+  const int n = int(kN);
+  const float one = 1.0f, zero = 0.0f;
+  Timer timer;
+  timer.run(
+      state, e.stream(), [](int) {},
+      [&](int k) {
+        const std::size_t s = std::size_t(k) % k_in;
+        if (bf16)
+          MATOPT_CUDA_CHECK(cublasGemmEx(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, n, n, n, &one,
+                                         thrust::raw_pointer_cast(inputs16[s].data()), CUDA_R_16BF, n,
+                                         thrust::raw_pointer_cast(inputs16[s].data()), CUDA_R_16BF, n, &zero, raw(c),
+                                         CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        else
+          MATOPT_CUDA_CHECK(cublasSgemm(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, n, n, n, &one, raw(inputs[s]), n,
+                                        raw(inputs[s]), n, &zero, raw(c), n));
+      });
+  timer.rate(state, "flops", 2 * double(kN) * double(kN) * double(kN));
+}
+
 /// Row-major 4096^2 RMNP inputs, rotated: W, G and the momentum V per set.
 struct RmnpSets {
   std::vector<thrust::device_vector<float>> w, g, v;
@@ -321,8 +370,11 @@ std::string summary(const SummaryReporter& rep) {
                   p, ns, floor, ratio(ns, floor));
     out += line;
     const double syrk = rep.us(std::string("BM_GpuSyrk/") + p + "/4096");
-    std::snprintf(line, sizeof line, "       %s syrk_lower 4096^3: %9.1f us, %.3f of one floor GEMM\n", p, syrk,
-                  ratio(syrk, floor / 15));
+    const double nt = rep.us(std::string("BM_GpuGemmNT/") + p + "/4096");
+    std::snprintf(line, sizeof line,
+                  "       %s syrk_lower 4096^3: %9.1f us, %.3f of one floor GEMM; one X X^T GEMM on random data "
+                  "%.1f us\n",
+                  p, syrk, ratio(syrk, floor / 15), nt);
     out += line;
   }
   const double elements = double(kN * kN);
@@ -357,6 +409,8 @@ int main(int argc, char** argv) {
         [precision](benchmark::State& s) { BM_GpuGemmFloor(s, precision); });
     reg((std::string("BM_GpuSyrk/") + name + "/4096").c_str(),
         [precision](benchmark::State& s) { BM_GpuSyrk(s, precision); });
+    reg((std::string("BM_GpuGemmNT/") + name + "/4096").c_str(),
+        [precision](benchmark::State& s) { BM_GpuGemmNT(s, precision); });
   }
   reg("BM_GpuRmnpStep/4096x4096", BM_GpuRmnpStep);
   reg("BM_GpuRmnpFused/4096x4096", BM_GpuRmnpFused);
