@@ -1,45 +1,124 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The CUDA backend's check on a machine with an NVIDIA GPU (issue 4), in one command: configure a CUDA build,
-# build only the GPU tests and the GPU benchmark with every core, run `ctest -L gpu`, run the benchmark with
-# JSON output, and print a short table last. Sized for an H200 with 16 cores: under 8 minutes.
+# build the GPU suites and the GPU benchmark with every core, run the benchmark (JSON output), the two suites,
+# and print a short table last. Sized for an H200 with 16 cores: under 8 minutes.
 #
 #   scripts/gpu-check.sh                                 # build directory build-gpu (MATOPT_GPU_BUILD_DIR overrides)
 #   OUT=/some/dir scripts/gpu-check.sh                   # results in $OUT, else in the build directory
 #   scripts/gpu-check.sh -DCMAKE_CUDA_ARCHITECTURES=80   # extra arguments go to the configure step
 #   scripts/gpu-check.sh --dry-run                       # no GPU needed: build everything the run needs (nvcc),
-#                                                        # then list what would run, in order, with its budget
+#                                                        # then list what would run, in order
+#   scripts/gpu-check.sh --pack FILE.tar.xz [cmake args] # no GPU needed: build, then pack the three executables,
+#                                                        # the libraries they need beyond glibc, libstdc++ and
+#                                                        # CUDA's, and the golden data
+#   scripts/gpu-check.sh --run-packed FILE.tar.xz        # on the GPU machine: run a pack (no build, no packages:
+#                                                        # it needs the CUDA driver, cuBLAS and the CUDA runtime)
 #
-# Run --dry-run on the build machine first: the device's minutes then go to running. (A build tree is not
-# relocatable; on a GPU machine with another checkout path the script configures and builds there again.)
+# A GPU machine without Debian's packages (a cluster's GPU node, a container with only CUDA): --pack on a build
+# machine with the same CUDA major version, then --run-packed there. `--pack FILE -DMATOPT_ONEDNN=OFF
+# -DMATOPT_GEMM_ENGINE=eigen` keeps the pack small (oneDNN and OpenBLAS then stay out of the host references).
 #
-# Order: the Thrust suite's one file is the slowest to compile, so it builds in the background while the CUDA
-# suite and the benchmark build and run (disjoint targets of one build tree); the benchmark runs before any test
-# so that nothing else uses the GPU while it times. Files in the results directory: ctest-gpu.log (every test's
-# output), bench_gpu.json (Google Benchmark, medians of 5 repetitions), bench_gpu.log, gpu_summary.txt,
-# build-thrust-suite.log, build-bench.log. Exit status: non-zero if a build, a test or the benchmark failed; the
-# table is printed whenever the CUDA suite built.
+# Order of the run: the benchmark first, so that nothing else uses the GPU while it times; then the suites run
+# their own executables (doctest), the two no-allocation cases alone (they read the device's free memory), then
+# the rest of the CUDA suite and the Thrust suite (Thrust's CUDA system) side by side. Building here, the Thrust
+# suite's one slow file compiles in the background meanwhile. Files in the results directory: cuda-noalloc.log,
+# cuda.log and thrust.log (every case with its duration; the NS cases print their measured errors),
+# bench_gpu.json (Google Benchmark, medians of 5 repetitions), bench_gpu.log, gpu_summary.txt, and the build logs.
+# Exit status: non-zero if a build, a suite or the benchmark failed; the table is printed whenever a suite ran.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-dry_run=0
-if [ "${1:-}" = "--dry-run" ]; then
-  dry_run=1
-  shift
-fi
-./scripts/setup.sh  # cmake, Eigen, doctest, Google Benchmark, ... (apt-get only for what is missing)
-build=${MATOPT_GPU_BUILD_DIR:-build-gpu}
+mode=run
+pack=""
+case "${1:-}" in
+  --dry-run) mode=dry-run; shift ;;
+  --pack | --run-packed)
+    mode=${1#--}
+    pack=${2:?"scripts/gpu-check.sh $1 needs a FILE.tar.xz"}
+    shift 2 ;;
+esac
 jobs=$(nproc)
-# Ninja for a new build tree, as scripts/test.sh.
-if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}; fi
 t0=$(date +%s)
 
+# run_checks CUDA_TESTS THRUST_TESTS BENCH OUT [THRUST_BUILD_PID]: the benchmark, then the suites, then the table.
+run_checks() {
+  local cuda=$1 thrust=$2 bench=$3 out=$4 thrust_build=${5:-}
+  local bench_rc=0 cuda_rc=0 thrust_rc=0 t_bench t_test
+  if [ -x "$bench" ]; then
+    MATOPT_GPU_SUMMARY="$out/gpu_summary.txt" "$bench" --benchmark_repetitions=5 \
+      --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 --benchmark_out="$out/bench_gpu.json" \
+      --benchmark_out_format=json > "$out/bench_gpu.log" 2>&1 || bench_rc=$?
+  else
+    bench_rc=1
+    echo "GPU benchmark not built: the suites run without it" | tee "$out/bench_gpu.log"
+  fi
+  t_bench=$(date +%s)
+  local noalloc='*allocate* no device memory*'  # "step allocates ...", "steps allocate ..."
+  "$cuda" --test-case="$noalloc" --duration=true > "$out/cuda-noalloc.log" 2>&1 || cuda_rc=$?
+  "$cuda" --test-case-exclude="$noalloc" --duration=true > "$out/cuda.log" 2>&1 &
+  local cuda_pid=$!
+  if [ -n "$thrust_build" ]; then wait "$thrust_build" || thrust_rc=$?; fi
+  if [ "$thrust_rc" -eq 0 ]; then
+    "$thrust" --duration=true > "$out/thrust.log" 2>&1 || thrust_rc=$?
+  else
+    echo "Thrust suite: build failed (see $out/build-thrust-suite.log)" | tee "$out/thrust.log"
+  fi
+  wait "$cuda_pid" || cuda_rc=$?
+  t_test=$(date +%s)
+  echo
+  echo "========================= matopt GPU check ========================="
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/  GPU: /' || true
+  if [ -s "$out/gpu_summary.txt" ]; then
+    cat "$out/gpu_summary.txt"
+  else
+    echo "  benchmark: no summary (exit $bench_rc; see $out/bench_gpu.log)"
+  fi
+  grep -h "worst relative error" "$out/cuda.log" | sed -E 's/^.*MESSAGE: /  /' | sort -u || true
+  for log in cuda-noalloc cuda thrust; do
+    printf '  %-13s' "$log:"
+    grep -hE "^\[doctest\] test cases:" "$out/$log.log" | sed 's/\[doctest\] //' || echo " did not finish"
+  done
+  echo "  exit: CUDA suite $cuda_rc, Thrust suite $thrust_rc, benchmark $bench_rc; time: benchmark" \
+    "$((t_bench - t0)) s (with any build), suites $((t_test - t_bench)) s"
+  echo "  files: $out/{cuda-noalloc.log,cuda.log,thrust.log,bench_gpu.json,bench_gpu.log,gpu_summary.txt}"
+  [ "$cuda_rc" -eq 0 ] && [ "$thrust_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+}
+
+if [ "$mode" = "run-packed" ]; then
+  dir=$(mktemp -d)
+  tar -xJf "$pack" -C "$dir"
+  out=${OUT:-$dir/results}
+  mkdir -p "$out"
+  # cuBLAS and the CUDA runtime of the GPU machine's toolkit, and the pack's own libraries.
+  cuda_lib=""
+  for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
+    if [ -e "$d/libcublas.so.13" ] || [ -e "$d/libcublas.so.12" ]; then cuda_lib=$d; break; fi
+  done
+  export LD_LIBRARY_PATH="$dir/lib${cuda_lib:+:$cuda_lib}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export MATOPT_GOLDEN_DIR="$dir/golden"
+  echo "pack $(cat "$dir/commit"), unpacked in $dir; cuBLAS from ${cuda_lib:-the default library path}"
+  if ldd "$dir/bin/matopt_gpu_cuda_tests" | grep "not found"; then
+    echo "gpu-check: libraries missing (set LD_LIBRARY_PATH to CUDA's lib64)" >&2
+    exit 1
+  fi
+  run_checks "$dir/bin/matopt_gpu_cuda_tests" "$dir/bin/matopt_gpu_thrust_tests" "$dir/bin/matopt_bench_gpu" "$out"
+  exit
+fi
+
+./scripts/setup.sh  # cmake, Eigen, doctest, Google Benchmark, ... (apt-get only for what is missing)
+build=${MATOPT_GPU_BUILD_DIR:-build-gpu}
+# Ninja for a new build tree, as scripts/test.sh.
+if [ ! -f "$build/CMakeCache.txt" ] && command -v ninja >/dev/null 2>&1; then export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja}; fi
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DMATOPT_WERROR=ON -DMATOPT_ENABLE_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DMATOPT_BUILD_GPU=ON -DMATOPT_ENABLE_MPI=OFF -DMATOPT_BUILD_EXAMPLES=OFF "$@"
 out=${OUT:-$build}
 mkdir -p "$out"
+cuda_tests=$build/tests/gpu/matopt_gpu_cuda_tests
+thrust_tests=$build/tests/gpu/matopt_gpu_thrust_tests
+bench=$build/bench/matopt_bench_gpu
 
-if [ "$dry_run" -eq 1 ]; then
-  # Everything, in the foreground, then the plan. Nothing here touches a GPU.
+if [ "$mode" != "run" ]; then
+  # Everything, in the foreground. Nothing here touches a GPU.
   rc=0
   for target in matopt_gpu_cuda_tests matopt_gpu_thrust_tests matopt_bench_gpu; do
     cmake --build "$build" -j "$jobs" --target "$target" > "$out/build-$target.log" 2>&1 || {
@@ -48,76 +127,39 @@ if [ "$dry_run" -eq 1 ]; then
       tail -n 20 "$out/build-$target.log"
     }
   done
-  count() { ctest --test-dir "$build" -N "$@" 2>/dev/null | sed -nE 's/^Total Tests: ([0-9]+)/\1/p'; }
+  [ "$rc" -eq 0 ] || exit "$rc"
+  if [ "$mode" = "pack" ]; then
+    stage=$(mktemp -d)
+    trap 'rm -rf "$stage"' EXIT
+    mkdir -p "$stage/bin" "$stage/lib" "$stage/golden"
+    cp "$cuda_tests" "$thrust_tests" "$bench" "$stage/bin/"
+    strip "$stage"/bin/*
+    # Shared libraries beyond glibc, libstdc++, libgcc and CUDA's own (the GPU machine has those).
+    ldd "$cuda_tests" "$thrust_tests" "$bench" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+      grep -vE '^(libc|libm|libpthread|libdl|librt|libstdc\+\+|libgcc_s|libcu[A-Za-z]*|libnv[A-Za-z_]*)\.so' |
+      while read -r _ path; do cp -L "$path" "$stage/lib/"; done
+    cp tests/golden/*.txt "$stage/golden/"
+    git rev-parse --short HEAD > "$stage/commit" 2>/dev/null || echo unknown > "$stage/commit"
+    tar -cJf "$pack" -C "$stage" .
+    echo "packed $(du -h "$pack" | cut -f1) in $pack (built in $(( $(date +%s) - t0 )) s): bin/ $(ls "$stage/bin" | tr '\n' ' ')"
+    echo "lib/ $(ls "$stage/lib" | tr '\n' ' '); on the GPU machine: scripts/gpu-check.sh --run-packed $pack"
+    exit 0
+  fi
   echo
   echo "========================= matopt GPU check: plan (--dry-run) ========================="
-  echo "  built in $(( $(date +%s) - t0 )) s, exit $rc; on the GPU machine the script runs, in this order:"
-  echo "  1. $build/bench/matopt_bench_gpu (5 repetitions, min time 0.2 s; nothing else on the GPU meanwhile)"
-  echo "  2. ctest -L gpu -R '^gpu-cuda:.*allocates? no device memory' alone: $(count -L gpu -R '^gpu-cuda:.*allocates? no device memory') tests"
-  echo "  3. ctest -L gpu -R '^gpu-cuda:' (the rest, -j 8): $(count -L gpu -R '^gpu-cuda:' -E 'allocates? no device memory') tests"
-  echo "  4. ctest -L gpu -R '^gpu-thrust:' (-j 8): $(count -L gpu -R '^gpu-thrust:') tests"
-  echo "  budget: each test's timeout 600 s; sized for an H200 with 16 cores, under 8 minutes in all (build included)"
-  echo "  then the table of the benchmark's summary, the NS tests' worst errors and the counts"
-  exit "$rc"
+  echo "  built in $(( $(date +%s) - t0 )) s; on the GPU machine the script runs, in this order:"
+  echo "  1. $bench (5 repetitions, min time 0.2 s; nothing else on the GPU meanwhile)"
+  echo "  2. $cuda_tests, the no-allocation cases alone:" \
+    "$("$cuda_tests" --list-test-cases --test-case='*allocate* no device memory*' | grep -c '^cuda')" "cases"
+  echo "  3. the rest of it ($("$cuda_tests" --list-test-cases | grep -c '^cuda') cases in all), beside" \
+    "$thrust_tests ($("$thrust_tests" --list-test-cases | grep -c '^thrust') cases)"
+  echo "  then the table of the benchmark's summary, the NS cases' worst errors and the counts"
+  exit 0
 fi
 
 cmake --build "$build" -j "$jobs" --target matopt_gpu_thrust_tests > "$out/build-thrust-suite.log" 2>&1 &
 thrust_build=$!
 cmake --build "$build" -j "$jobs" --target matopt_gpu_cuda_tests
-# The benchmark needs Google Benchmark (libbenchmark-dev); without it (or if it fails to build) the tests still run.
-bench_rc=0
-cmake --build "$build" -j "$jobs" --target matopt_bench_gpu > "$out/build-bench.log" 2>&1 || bench_rc=$?
-t_build=$(date +%s)
-
-if [ "$bench_rc" -eq 0 ]; then
-  MATOPT_GPU_SUMMARY="$out/gpu_summary.txt" "$build/bench/matopt_bench_gpu" \
-    --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_min_time=0.2 \
-    --benchmark_out="$out/bench_gpu.json" --benchmark_out_format=json > "$out/bench_gpu.log" 2>&1 || bench_rc=$?
-else
-  echo "GPU benchmark not built (exit $bench_rc; see $out/build-bench.log): running the tests without it" |
-    tee "$out/bench_gpu.log"
-fi
-t_bench=$(date +%s)
-
-# The no-allocation test reads the device's free memory, so it runs alone; the rest in parallel. -V keeps every
-# test's output (the NS tests print their measured errors).
-test_rc=0
-run_ctest() { ctest --test-dir "$build" -L gpu -V --timeout 600 "$@" >> "$out/ctest-gpu.log" 2>&1 || test_rc=$?; }
-: > "$out/ctest-gpu.log"
-run_ctest -R "^gpu-cuda:.*allocates? no device memory"          # "step allocates ...", "steps allocate ..."
-run_ctest -R "^gpu-cuda:" -E "allocates? no device memory" -j 8
-thrust_rc=0
-wait "$thrust_build" || thrust_rc=$?
-if [ "$thrust_rc" -eq 0 ]; then
-  run_ctest -R "^gpu-thrust:" -j 8
-else
-  echo "Thrust suite: build failed (see $out/build-thrust-suite.log)" | tee -a "$out/ctest-gpu.log"
-  tail -n 30 "$out/build-thrust-suite.log"
-fi
-t_test=$(date +%s)
-grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|\\*\\*\\*Failed|Timeout" "$out/ctest-gpu.log" | tail -n 80 || true
-
-passed=0
-failed=0
-while IFS= read -r line; do  # "100% tests passed, 0 tests failed out of 37", once per ctest run
-  total=${line##* out of }
-  f=$(echo "$line" | sed -E 's/.* ([0-9]+) tests failed out of.*/\1/')
-  passed=$((passed + total - f))
-  failed=$((failed + f))
-done < <(grep -E "tests passed, [0-9]+ tests failed out of [0-9]+" "$out/ctest-gpu.log" || true)
-
-echo
-echo "========================= matopt GPU check ========================="
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/  GPU: /' || true
-if [ -s "$out/gpu_summary.txt" ]; then
-  cat "$out/gpu_summary.txt"
-else
-  echo "  benchmark: no summary (exit $bench_rc; see $out/bench_gpu.log)"
-fi
-grep -h "worst relative error" "$out/ctest-gpu.log" | sed -E 's/^.*MESSAGE: /  /' | sort -u || true
-echo "  tests (ctest -L gpu): $passed passed, $failed failed; ctest exit $test_rc," \
-  "Thrust suite build exit $thrust_rc, benchmark exit $bench_rc"
-echo "  time: build $((t_build - t0)) s, benchmark $((t_bench - t_build)) s, tests $((t_test - t_bench)) s," \
-  "total $((t_test - t0)) s"
-echo "  files: $out/{ctest-gpu.log,bench_gpu.json,bench_gpu.log,gpu_summary.txt,build-thrust-suite.log}"
-[ "$test_rc" -eq 0 ] && [ "$thrust_rc" -eq 0 ] && [ "$bench_rc" -eq 0 ]
+# The benchmark needs Google Benchmark (libbenchmark-dev); without it (or if it fails to build) the suites still run.
+cmake --build "$build" -j "$jobs" --target matopt_bench_gpu > "$out/build-bench.log" 2>&1 || bench=""
+run_checks "$cuda_tests" "$thrust_tests" "$bench" "$out" "$thrust_build"

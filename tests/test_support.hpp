@@ -2,6 +2,7 @@
 #pragma once
 // Shared helpers of matopt's tests: reference oracles, random inputs, golden data.
 
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <random>
@@ -87,17 +88,24 @@ class Golden {
  public:
 #if defined(MATOPT_GOLDEN_FILE)
   static const Golden& get() {
-    static const Golden g(MATOPT_GOLDEN_FILE);
+    static const Golden g(path(MATOPT_GOLDEN_FILE));
     return g;
   }
 #endif
 #if defined(MATOPT_GOLDEN_VARIANTS_FILE)
   /// Written by scripts/make_golden_variants.py.
   static const Golden& variants() {
-    static const Golden g(MATOPT_GOLDEN_VARIANTS_FILE);
+    static const Golden g(path(MATOPT_GOLDEN_VARIANTS_FILE));
     return g;
   }
 #endif
+  /// The file the build named, or the file of that name in $MATOPT_GOLDEN_DIR when it is set (a test executable
+  /// run away from its source tree: scripts/gpu-check.sh --run-packed).
+  static std::string path(const std::string& built) {
+    const char* dir = std::getenv("MATOPT_GOLDEN_DIR");
+    if (dir == nullptr || *dir == '\0') return built;
+    return std::string(dir) + "/" + built.substr(built.find_last_of('/') + 1);
+  }
   const Eigen::MatrixXd& operator[](const std::string& name) const {
     auto it = data_.find(name);
     if (it == data_.end()) throw std::runtime_error("golden data has no matrix '" + name + "'");
