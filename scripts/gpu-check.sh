@@ -118,16 +118,15 @@ thrust_tests=$build/tests/gpu/matopt_gpu_thrust_tests
 bench=$build/bench/matopt_bench_gpu
 
 if [ "$mode" != "run" ]; then
-  # Everything, in the foreground. Nothing here touches a GPU.
+  # Everything, in the foreground, in one build (the targets' files compile side by side). Nothing here touches a GPU.
   rc=0
-  for target in matopt_gpu_cuda_tests matopt_gpu_thrust_tests matopt_bench_gpu; do
-    cmake --build "$build" -j "$jobs" --target "$target" > "$out/build-$target.log" 2>&1 || {
-      rc=$?
-      echo "build of $target failed (exit $rc; see $out/build-$target.log)"
-      tail -n 20 "$out/build-$target.log"
-    }
-  done
-  [ "$rc" -eq 0 ] || exit "$rc"
+  cmake --build "$build" -j "$jobs" --target matopt_gpu_cuda_tests matopt_gpu_thrust_tests matopt_bench_gpu \
+    > "$out/build-gpu.log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "build failed (exit $rc; see $out/build-gpu.log)"
+    tail -n 20 "$out/build-gpu.log"
+    exit "$rc"
+  fi
   if [ "$mode" = "pack" ]; then
     stage=$(mktemp -d)
     trap 'rm -rf "$stage"' EXIT
