@@ -137,6 +137,19 @@ void BM_GpuNs(benchmark::State& state, mc::Precision p) {
   timer.rate(state, "flops", ns5_flops(double(kN), double(kN)));
 }
 
+/// One kN^3 cuBLAS product C = A op_b(B) in the precision's operand type: bf16 operands with fp32 output and
+/// compute, else fp32 under the engine handle's math mode (TF32 tensor-op math for tf32).
+void gemm_kn(mc::Engine& e, bool bf16, cublasOperation_t op_b, const void* a, const void* b, float* c) {
+  const int n = int(kN);
+  const float one = 1.0f, zero = 0.0f;
+  if (bf16)
+    MATOPT_CUDA_CHECK(cublasGemmEx(e.cublas(), CUBLAS_OP_N, op_b, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n,
+                                   &zero, c, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  else
+    MATOPT_CUDA_CHECK(cublasSgemm(e.cublas(), CUBLAS_OP_N, op_b, n, n, n, &one, static_cast<const float*>(a), n,
+                                  static_cast<const float*>(b), n, &zero, c, n));
+}
+
 void BM_GpuGemmFloor(benchmark::State& state, mc::Precision p) {
   mc::Engine e(p);  // its handle: the math mode of the precision (TF32 tensor-op math for tf32)
   const bool bf16 = p == mc::Precision::BF16;
@@ -150,22 +163,13 @@ void BM_GpuGemmFloor(benchmark::State& state, mc::Precision p) {
     MATOPT_CUDA_CHECK(cudaMemsetAsync(b[k].as<void>(), 0, bytes, e.stream()));
   }
   thrust::device_vector<float> c(kN * kN);
-  const int n = int(kN);
-  const float one = 1.0f, zero = 0.0f;
   Timer timer;
   timer.run(
       state, e.stream(), [](int) {},
       [&](int k) {
         const std::size_t s = std::size_t(k) % k_in;
-        for (int r = 0; r < 15; ++r) {  // 15 x 2 n^3 = NS5's naive 30 n^3
-          if (bf16)
-            MATOPT_CUDA_CHECK(cublasGemmEx(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a[s].as<void>(),
-                                           CUDA_R_16BF, n, b[s].as<void>(), CUDA_R_16BF, n, &zero, raw(c), CUDA_R_32F,
-                                           n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-          else
-            MATOPT_CUDA_CHECK(cublasSgemm(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, a[s].as<float>(), n,
-                                          b[s].as<float>(), n, &zero, raw(c), n));
-        }
+        for (int r = 0; r < 15; ++r)  // 15 x 2 n^3 = NS5's naive 30 n^3
+          gemm_kn(e, bf16, CUBLAS_OP_N, a[s].as<void>(), b[s].as<void>(), raw(c));
       });
   timer.rate(state, "flops", ns5_flops(double(kN), double(kN)));
 }
@@ -213,21 +217,14 @@ void BM_GpuGemmNT(benchmark::State& state, mc::Precision p) {
     inputs16.emplace_back(h16.begin(), h16.end());
   }
   thrust::device_vector<float> c(kN * kN);
-  const int n = int(kN);
-  const float one = 1.0f, zero = 0.0f;
   Timer timer;
   timer.run(
       state, e.stream(), [](int) {},
       [&](int k) {
         const std::size_t s = std::size_t(k) % k_in;
-        if (bf16)
-          MATOPT_CUDA_CHECK(cublasGemmEx(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, n, n, n, &one,
-                                         thrust::raw_pointer_cast(inputs16[s].data()), CUDA_R_16BF, n,
-                                         thrust::raw_pointer_cast(inputs16[s].data()), CUDA_R_16BF, n, &zero, raw(c),
-                                         CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-        else
-          MATOPT_CUDA_CHECK(cublasSgemm(e.cublas(), CUBLAS_OP_N, CUBLAS_OP_T, n, n, n, &one, raw(inputs[s]), n,
-                                        raw(inputs[s]), n, &zero, raw(c), n));
+        const void* x = bf16 ? static_cast<const void*>(thrust::raw_pointer_cast(inputs16[s].data()))
+                             : static_cast<const void*>(raw(inputs[s]));
+        gemm_kn(e, bf16, CUBLAS_OP_T, x, x, raw(c));
       });
   timer.rate(state, "flops", 2 * double(kN) * double(kN) * double(kN));
 }
