@@ -641,12 +641,6 @@ struct DevicePreconditioner<DionPowerIteration> {
   }
 };
 
-/// Engines that run Newton-Schulz over a strided batch of same-shape matrices (`static constexpr bool
-/// has_batched_ns = true`, reserve_batched<T>(count, m, n), ns_batched<T>(count, r, s, options, gram, form)).
-template <class E, class = void>
-inline constexpr bool engine_has_batched_ns_v = false;
-template <class E>
-inline constexpr bool engine_has_batched_ns_v<E, std::void_t<decltype(E::has_batched_ns)>> = E::has_batched_ns;
 /// The Newton-Schulz method of a preconditioner that is one (Orthogonalize<NewtonSchulz<...>>, or SecondMoment
 /// of it); void otherwise.
 template <class P>
@@ -897,7 +891,7 @@ class DeviceOptimizer {
       detail::splits_rows_v<PreconditionerType> && std::is_empty_v<typename ScalingType::template State<T>>;
   /// Blocks of one shape orthogonalized together: an engine with batched Newton-Schulz and a Newton-Schulz
   /// preconditioner (Orthogonalize, or SecondMoment of it).
-  static constexpr bool batched_blocks = splits_rows && detail::engine_has_batched_ns_v<Engine> &&
+  static constexpr bool batched_blocks = splits_rows && Engine::has_batched_ns &&
                                          !std::is_void_v<detail::ns_method_t<PreconditionerType>>;
 
   /// Row/ColNormalize with Static scaling: one pass per normalized vector (fused_normalize.hpp's step).

@@ -362,6 +362,8 @@ struct ThrustEngine {
   using scalar_t = std::remove_const_t<typename M::value_type>;
   /// "thrust".
   static constexpr const char* name() { return "thrust"; }
+  /// No batched Newton–Schulz (the CUDA engine's ns_batched): DeviceOptimizer steps row blocks one by one.
+  static constexpr bool has_batched_ns = false;
 
   /// Calls f(i) for i in [0, n) as one Thrust for_each.
   template <class F>
@@ -494,9 +496,7 @@ struct ThrustEngine {
     each(c.rows, detail::AddDiagonalOp<T>{c, v});
   }
   /// Turbo-Muon's AOL scaling (schedule.hpp): d = 1 / sqrt(max(row sums of |A|, eps)) into scratch's first
-  /// column, then X <- diag(d) X and A <- diag(d) A diag(d).
-  static constexpr bool has_aol = true;
-  /// Applies the AOL scaling to x and a (scratch: at least a.rows elements).
+  /// column, then X <- diag(d) X and A <- diag(d) A diag(d) (scratch: at least a.rows elements).
   template <class T>
   void aol_scale(detail::Strided<T>& x, detail::Strided<T>& a, detail::Strided<T>& scratch, T eps) {
     T* d = scratch.data;

@@ -28,6 +28,14 @@ inline int resolve_steps(const char* where, const NsSchedule& s, int steps) {
   if (steps < 1) fail(where, "steps must be >= 1, or -1 for the schedule's own (got ", steps, ")");
   return steps;
 }
+
+/// The sample quantile of ascending `sorted` at p (numpy's default "linear" method).
+inline double quantile_sorted(const double* sorted, Index count, double p) {
+  const double h = double(count - 1) * p;
+  const auto lo = static_cast<Index>(std::floor(h));
+  if (lo >= count - 1) return sorted[count - 1];
+  return sorted[lo] + (h - double(lo)) * (sorted[lo + 1] - sorted[lo]);
+}
 }  // namespace detail
 
 /// The scalar map after k = 1..max_steps steps at each input: out(i, k - 1) = s.response(sigmas[i], k)

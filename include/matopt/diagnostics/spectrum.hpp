@@ -23,6 +23,7 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/errors.hpp"
+#include "matopt/diagnostics/ns_analysis.hpp"
 
 namespace matopt {
 
@@ -40,14 +41,6 @@ Eigen::VectorXd singular_values_desc(const Eigen::MatrixBase<Derived>& u) {
   const Eigen::MatrixXd x = u.template cast<double>();
   Eigen::BDCSVD<Eigen::MatrixXd> svd(x);
   return svd.singularValues();
-}
-
-/// The sample quantile of ascending `sorted` at p (numpy's default "linear" method).
-inline double quantile_sorted(const double* sorted, Index count, double p) {
-  const double h = double(count - 1) * p;
-  const auto lo = static_cast<Index>(std::floor(h));
-  if (lo >= count - 1) return sorted[count - 1];
-  return sorted[lo] + (h - double(lo)) * (sorted[lo + 1] - sorted[lo]);
 }
 
 inline void require_probabilities(const char* where, const std::vector<double>& ps) {

@@ -92,6 +92,10 @@ struct ShardOptions {
 /// @tparam Opt the wrapped optimizer (a preset or a composition).
 template <class Opt>
 class ShardedOptimizer {
+  using Preconditioner = typename Opt::PreconditionerType;
+  using Scaling = typename Opt::ScalingType;
+  using Momentum = typename Opt::MomentumType;
+
  public:
   /// The scalar type.
   using T = typename Opt::Scalar;
@@ -101,12 +105,6 @@ class ShardedOptimizer {
   using State = typename Opt::State;
   /// Opt's options.
   using Options = typename Opt::Options;
-  /// Opt's preconditioner policy.
-  using Preconditioner = typename Opt::PreconditionerType;
-  /// Opt's scaling policy.
-  using Scaling = typename Opt::ScalingType;
-  /// Opt's momentum policy.
-  using Momentum = typename Opt::MomentumType;
 
   /// RowSharded cuts rows for RowNormalize, columns for ColNormalize; both need Static scaling's fused step.
   static constexpr bool row_shardable =

@@ -33,7 +33,6 @@
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parse.hpp"
 #include "matopt/diagnostics/ns_analysis.hpp"
-#include "matopt/diagnostics/spectrum.hpp"
 #include "matopt/distributed/plan.hpp"
 #include "matopt/precondition/newton_schulz.hpp"
 #include "matopt/precondition/orthogonalize.hpp"

@@ -511,9 +511,8 @@ class Engine {
     copy(Strided<const T>(src), dst);
   }
   /// Turbo-Muon's AOL scaling (schedule.hpp; precondition/detail/ns_algorithm.hpp): d = 1 / sqrt(max(row sums of |A|,
-  /// eps)) into scratch's first column, then X <- diag(d) X and A <- diag(d) A diag(d). A is symmetric (mirrored).
-  static constexpr bool has_aol = true;
-  /// Applies the AOL scaling to x and a (scratch: at least a.rows elements).
+  /// eps)) into scratch's first column (at least a.rows elements), then X <- diag(d) X and A <- diag(d) A diag(d). A
+  /// is symmetric (mirrored).
   template <class T>
   void aol_scale(Strided<T>& x, Strided<T>& a, Strided<T>& scratch, T eps) {
     aol(x, a, scratch.data, 1, 0, 0, 0, eps);

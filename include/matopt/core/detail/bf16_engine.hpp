@@ -20,8 +20,11 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include <Eigen/Core>
 
@@ -30,7 +33,7 @@
 #include "matopt/core/detail/workspace.hpp"
 
 #if defined(MATOPT_HAS_ONEDNN)
-#include <oneapi/dnnl/dnnl.hpp>
+#include <oneapi/dnnl/dnnl.h>
 #endif
 
 namespace matopt::detail {
@@ -97,43 +100,143 @@ struct Bf16Scratch {
 };
 
 #if defined(MATOPT_HAS_ONEDNN)
-/// oneDNN's CPU engine, one per process, and a stream per thread (a stream is not shared between threads).
-inline dnnl::engine& onednn_engine() {
-  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
-inline dnnl::stream& onednn_stream() {
-  thread_local dnnl::stream s(onednn_engine());
-  return s;
+// oneDNN through its C API (dnnl.h): its C++ header costs every translation unit that includes Newton–Schulz about
+// 0.7 s of parsing (docs/performance.md#compile-time); these few owned handles are all matopt needs of it.
+
+/// A oneDNN handle, owned: Destroy(h) when it goes.
+template <class H, dnnl_status_t (*Destroy)(H)>
+class OneDnnHandle {
+ public:
+  OneDnnHandle() = default;
+  explicit OneDnnHandle(H h) : h_(h) {}
+  OneDnnHandle(OneDnnHandle&& o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  OneDnnHandle& operator=(OneDnnHandle&& o) noexcept {
+    std::swap(h_, o.h_);
+    return *this;
+  }
+  ~OneDnnHandle() {
+    if (h_ != nullptr) Destroy(h_);
+  }
+  H get() const { return h_; }
+
+ private:
+  H h_ = nullptr;
+};
+
+/// Throws std::runtime_error naming the call unless oneDNN reported success.
+inline void onednn_check(dnnl_status_t status, const char* call) {
+  if (status != dnnl_success)
+    throw std::runtime_error(std::string("matopt: oneDNN ") + call + " failed (dnnl_status_t " +
+                             std::to_string(int(status)) + ")");
 }
 
-/// A matmul primitive C <- alpha A B + beta C for one shape, set of strides and (alpha, beta) (an output scale and a
-/// sum post-op where they are not 1 and 0), made once per thread and kept (a Newton–Schulz run repeats the same few
-/// products; oneDNN's own cache would still rebuild the descriptors on every call). key: m, n, k, the strides of A,
-/// B and C, and the bits of alpha and beta.
-inline dnnl::matmul& onednn_matmul(const std::array<dnnl::memory::dim, 11>& key) {
-  thread_local std::map<std::array<dnnl::memory::dim, 11>, dnnl::matmul> cache;
+/// oneDNN's CPU engine, one per process, and a stream per thread (a stream is not shared between threads).
+inline dnnl_engine_t onednn_engine() {
+  static const OneDnnHandle<dnnl_engine_t, dnnl_engine_destroy> e = [] {
+    dnnl_engine_t h = nullptr;
+    onednn_check(dnnl_engine_create(&h, dnnl_cpu, 0), "dnnl_engine_create");
+    return OneDnnHandle<dnnl_engine_t, dnnl_engine_destroy>(h);
+  }();
+  return e.get();
+}
+inline dnnl_stream_t onednn_stream() {
+  thread_local const OneDnnHandle<dnnl_stream_t, dnnl_stream_destroy> s = [] {
+    dnnl_stream_t h = nullptr;
+    onednn_check(dnnl_stream_create(&h, onednn_engine(), dnnl_stream_default_flags), "dnnl_stream_create");
+    return OneDnnHandle<dnnl_stream_t, dnnl_stream_destroy>(h);
+  }();
+  return s.get();
+}
+
+/// A rows x cols memory descriptor with element (i, j) at i rs + j cs.
+inline dnnl_memory_desc_t onednn_desc(Index rows, Index cols, dnnl_data_type_t type, Index rs, Index cs) {
+  dnnl_memory_desc_t d;
+  const dnnl_dims_t dims{rows, cols}, strides{rs, cs};
+  onednn_check(dnnl_memory_desc_init_by_strides(&d, 2, dims, type, strides), "dnnl_memory_desc_init_by_strides");
+  return d;
+}
+
+/// A primitive with memory objects for its arguments (matmul: source, weights, destination; reorder: from, to),
+/// made once for one shape and set of strides and kept: run() points them at the caller's data and executes.
+class OneDnnPrimitive {
+ public:
+  /// The primitive of `pd` (null: none, oneDNN has no kernel; `available()` is false) over memories of `descs`.
+  OneDnnPrimitive(dnnl_primitive_desc_t pd, const std::array<dnnl_memory_desc_t, 3>& descs, int count) : count_(count) {
+    const OneDnnHandle<dnnl_primitive_desc_t, dnnl_primitive_desc_destroy> owned(pd);
+    if (pd == nullptr) return;
+    dnnl_primitive_t p = nullptr;
+    onednn_check(dnnl_primitive_create(&p, pd), "dnnl_primitive_create");
+    primitive_ = OneDnnHandle<dnnl_primitive_t, dnnl_primitive_destroy>(p);
+    for (int i = 0; i < count; ++i) {
+      dnnl_memory_t m = nullptr;
+      onednn_check(dnnl_memory_create(&m, &descs[std::size_t(i)], onednn_engine(), DNNL_MEMORY_NONE),
+                   "dnnl_memory_create");
+      memory_[std::size_t(i)] = OneDnnHandle<dnnl_memory_t, dnnl_memory_destroy>(m);
+    }
+  }
+  bool available() const { return primitive_.get() != nullptr; }
+  /// Executes on this thread's stream with the arguments at `data` (in the constructor's order) and waits.
+  void run(const std::array<const void*, 3>& data) const {
+    static constexpr int kArgs[2][3] = {{DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST}, {DNNL_ARG_FROM, DNNL_ARG_TO}};
+    std::array<dnnl_exec_arg_t, 3> args{};
+    for (int i = 0; i < count_; ++i) {
+      dnnl_memory_t m = memory_[std::size_t(i)].get();
+      onednn_check(dnnl_memory_set_data_handle(m, const_cast<void*>(data[std::size_t(i)])),
+                   "dnnl_memory_set_data_handle");
+      args[std::size_t(i)] = {kArgs[count_ == 2][i], m};
+    }
+    onednn_check(dnnl_primitive_execute(primitive_.get(), onednn_stream(), count_, args.data()),
+                 "dnnl_primitive_execute");
+    onednn_check(dnnl_stream_wait(onednn_stream()), "dnnl_stream_wait");
+  }
+
+ private:
+  OneDnnHandle<dnnl_primitive_t, dnnl_primitive_destroy> primitive_;
+  std::array<OneDnnHandle<dnnl_memory_t, dnnl_memory_destroy>, 3> memory_;
+  int count_;
+};
+
+/// The primitive descriptor of C <- alpha A B + beta C for bf16 A (m x k), bf16 B (k x n) and float C with these
+/// strides (an output scale and a sum post-op where alpha and beta are not 1 and 0); null where oneDNN has no kernel
+/// for this CPU.
+inline OneDnnPrimitive onednn_matmul_primitive(const std::array<dnnl_memory_desc_t, 3>& d, float alpha, float beta) {
+  dnnl_matmul_desc_t op;
+  onednn_check(dnnl_matmul_desc_init(&op, &d[0], &d[1], nullptr, &d[2]), "dnnl_matmul_desc_init");
+  dnnl_primitive_attr_t a = nullptr;
+  onednn_check(dnnl_primitive_attr_create(&a), "dnnl_primitive_attr_create");
+  const OneDnnHandle<dnnl_primitive_attr_t, dnnl_primitive_attr_destroy> attr(a);
+  if (alpha != 1.0f) onednn_check(dnnl_primitive_attr_set_output_scales(a, 1, 0, &alpha), "set_output_scales");
+  if (beta != 0.0f) {
+    dnnl_post_ops_t p = nullptr;
+    onednn_check(dnnl_post_ops_create(&p), "dnnl_post_ops_create");
+    const OneDnnHandle<dnnl_post_ops_t, dnnl_post_ops_destroy> sum(p);
+    onednn_check(dnnl_post_ops_append_sum(p, beta), "dnnl_post_ops_append_sum");
+    onednn_check(dnnl_primitive_attr_set_post_ops(a, p), "dnnl_primitive_attr_set_post_ops");
+  }
+  dnnl_primitive_desc_t pd = nullptr;
+  const dnnl_status_t status = dnnl_primitive_desc_create(&pd, &op, a, onednn_engine(), nullptr);
+  if (status != dnnl_unimplemented) onednn_check(status, "dnnl_primitive_desc_create (matmul)");
+  return OneDnnPrimitive(status == dnnl_success ? pd : nullptr, d, 3);
+}
+
+/// A matmul primitive C <- alpha A B + beta C for one shape, set of strides and (alpha, beta), made once per thread
+/// and kept (a Newton–Schulz run repeats the same few products; oneDNN's own cache would still rebuild the
+/// descriptors on every call). key: m, n, k, the strides of A, B and C, and the bits of alpha and beta.
+inline const OneDnnPrimitive& onednn_matmul(const std::array<dnnl_dim_t, 11>& key) {
+  thread_local std::map<std::array<dnnl_dim_t, 11>, OneDnnPrimitive> cache;
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= 256) cache.clear();  // a bounded set of shapes: a model's matrices
-  using dt = dnnl::memory::data_type;
-  const dnnl::memory::dims m_k{key[0], key[2]}, k_n{key[2], key[1]}, m_n{key[0], key[1]};
-  const dnnl::memory::desc src(m_k, dt::bf16, dnnl::memory::dims{key[3], key[4]});
-  const dnnl::memory::desc wei(k_n, dt::bf16, dnnl::memory::dims{key[5], key[6]});
-  const dnnl::memory::desc dst(m_n, dt::f32, dnnl::memory::dims{key[7], key[8]});
   float alpha, beta;
   const std::uint32_t alpha_bits = std::uint32_t(key[9]), beta_bits = std::uint32_t(key[10]);
   std::memcpy(&alpha, &alpha_bits, sizeof alpha);
   std::memcpy(&beta, &beta_bits, sizeof beta);
-  dnnl::primitive_attr attr;
-  if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
-  if (beta != 0.0f) {
-    dnnl::post_ops sum;
-    sum.append_sum(beta);
-    attr.set_post_ops(sum);
-  }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), attr, onednn_engine());
-  return cache.emplace(key, dnnl::matmul(pd)).first->second;
+  OneDnnPrimitive p = onednn_matmul_primitive({onednn_desc(key[0], key[2], dnnl_bf16, key[3], key[4]),
+                                               onednn_desc(key[2], key[1], dnnl_bf16, key[5], key[6]),
+                                               onednn_desc(key[0], key[1], dnnl_f32, key[7], key[8])},
+                                              alpha, beta);
+  if (!p.available()) onednn_check(dnnl_unimplemented, "matmul (bf16)");
+  return cache.emplace(key, std::move(p)).first->second;
 }
 
 /// Whether oneDNN has a bfloat16 matmul for this CPU (oneDNN 2.x needs AVX-512; without AVX512_BF16 or AMX it
@@ -141,31 +244,25 @@ inline dnnl::matmul& onednn_matmul(const std::array<dnnl::memory::dim, 11>& key)
 /// which oneDNN refuses where it has no kernel (ONEDNN_MAX_CPU_ISA lowers the CPU it sees).
 inline bool onednn_bf16_available() {
   static const bool available = [] {
-    using dt = dnnl::memory::data_type;
-    using tag = dnnl::memory::format_tag;
-    try {
-      const dnnl::memory::desc a({8, 8}, dt::bf16, tag::ab), c({8, 8}, dt::f32, tag::ab);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, a, c), onednn_engine());
-      return true;
-    } catch (const dnnl::error&) {
-      return false;
-    }
+    const dnnl_memory_desc_t a = onednn_desc(8, 8, dnnl_bf16, 8, 1), c = onednn_desc(8, 8, dnnl_f32, 8, 1);
+    return onednn_matmul_primitive({a, a, c}, 1.0f, 0.0f).available();
   }();
   return available;
 }
 
 /// A reorder primitive from float to bfloat16 (round to nearest even; oneDNN's JIT kernels, threaded) for one
 /// shape and strides, made once per thread and kept.
-inline dnnl::reorder& onednn_to_bf16(const std::array<dnnl::memory::dim, 4>& key) {
-  thread_local std::map<std::array<dnnl::memory::dim, 4>, dnnl::reorder> cache;
+inline const OneDnnPrimitive& onednn_to_bf16(const std::array<dnnl_dim_t, 4>& key) {
+  thread_local std::map<std::array<dnnl_dim_t, 4>, OneDnnPrimitive> cache;
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= 256) cache.clear();
-  using dt = dnnl::memory::data_type;
-  const dnnl::memory::dims dims{key[0], key[1]}, st{key[2], key[3]};
-  const dnnl::memory::desc from(dims, dt::f32, st), to(dims, dt::bf16, st);
-  dnnl::reorder::primitive_desc pd(onednn_engine(), from, onednn_engine(), to);
-  return cache.emplace(key, dnnl::reorder(pd)).first->second;
+  const std::array<dnnl_memory_desc_t, 3> d{onednn_desc(key[0], key[1], dnnl_f32, key[2], key[3]),
+                                            onednn_desc(key[0], key[1], dnnl_bf16, key[2], key[3])};
+  dnnl_primitive_desc_t pd = nullptr;
+  onednn_check(dnnl_reorder_primitive_desc_create(&pd, &d[0], onednn_engine(), &d[1], onednn_engine(), nullptr),
+               "dnnl_reorder_primitive_desc_create");
+  return cache.emplace(key, OneDnnPrimitive(pd, d, 2)).first->second;
 }
 #else
 /// Whether oneDNN has a bfloat16 matmul for this CPU: this build has no oneDNN.
@@ -305,12 +402,7 @@ class Bf16HostEngine : public HostEngine {
     if constexpr (std::is_same_v<typename M::Scalar, float>) {
       if (n == 0) return;  // oneDNN refuses empty memory
       const Strides st = strides(x);
-      using dt = dnnl::memory::data_type;
-      dnnl::engine& e = onednn_engine();
-      const dnnl::memory::dims dims{x.rows(), x.cols()}, sd{st[0], st[1]};
-      dnnl::memory from({dims, dt::f32, sd}, e, const_cast<float*>(in)), into({dims, dt::bf16, sd}, e, out);
-      onednn_to_bf16({x.rows(), x.cols(), st[0], st[1]}).execute(onednn_stream(), from, into);
-      onednn_stream().wait();
+      onednn_to_bf16({x.rows(), x.cols(), st[0], st[1]}).run({in, out, nullptr});
     } else
 #endif
     {
@@ -354,16 +446,8 @@ class Bf16HostEngine : public HostEngine {
     std::uint32_t alpha_bits, beta_bits;
     std::memcpy(&alpha_bits, &alpha, sizeof alpha);
     std::memcpy(&beta_bits, &beta, sizeof beta);
-    dnnl::matmul& mm =
-        onednn_matmul({m, n, k, sa[0], sa[1], sb[0], sb[1], so[0], so[1], dnnl::memory::dim(alpha_bits),
-                       dnnl::memory::dim(beta_bits)});
-    using dt = dnnl::memory::data_type;
-    dnnl::engine& e = onednn_engine();
-    dnnl::memory src({{m, k}, dt::bf16, dnnl::memory::dims{sa[0], sa[1]}}, e, const_cast<std::uint16_t*>(a));
-    dnnl::memory wei({{k, n}, dt::bf16, dnnl::memory::dims{sb[0], sb[1]}}, e, const_cast<std::uint16_t*>(b));
-    dnnl::memory dst({{m, n}, dt::f32, dnnl::memory::dims{so[0], so[1]}}, e, out);
-    mm.execute(onednn_stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
-    onednn_stream().wait();
+    onednn_matmul({m, n, k, sa[0], sa[1], sb[0], sb[1], so[0], so[1], dnnl_dim_t(alpha_bits), dnnl_dim_t(beta_bits)})
+        .run({a, b, out});
 #else
     (void)m, (void)k, (void)n, (void)a, (void)sa, (void)b, (void)sb, (void)out, (void)so, (void)alpha, (void)beta;
     fail("matopt::NewtonSchulz", "ns_dtype = bfloat16 needs oneDNN (libdnnl-dev), and this build has none");

@@ -278,7 +278,6 @@ struct HostEngine {
   static void copy(const M& src, M& dst) { dst = src; }
   /// Turbo-Muon's AOL scaling (ns_algorithm.hpp): d = 1 / sqrt(max(row sums of |A|, eps)) in scratch's first
   /// column; X <- diag(d) X, A <- diag(d) A diag(d).
-  static constexpr bool has_aol = true;
   template <class M>
   static void aol_scale(M& x, M& a, M& scratch, typename M::Scalar eps) {
     auto d = scratch.col(0);

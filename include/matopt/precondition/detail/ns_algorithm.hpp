@@ -14,7 +14,6 @@
 //   gemm(alpha, a, b, beta, c):    C <- alpha A B + beta C                  (beta = 0: C not read)
 //   mirror_lower(c)  copy_lower(src, dst)  add_diagonal(c, v)  copy(src, dst)
 //   aol_scale(x, a, scratch, eps): Turbo-Muon's AOL row scaling of x and a (schedule.hpp), scratch r x r
-//   (only engines that declare `static constexpr bool has_aol = true`; the others refuse NsSchedule::aol)
 
 #include <algorithm>
 #include <type_traits>
@@ -30,11 +29,6 @@ namespace matopt::detail {
 /// on its matrix handles `M` (HostEngine, core/detail/engine.hpp, for Eigen maps of either order; backend/thrust.hpp and
 /// backend/cuda for device memory). x holds the r x s input (r <= s); y the same shape; a, b r x r;
 /// q, t r x r for the Gram variant. Returns the handle holding the result.
-template <class E, class = void>
-inline constexpr bool engine_has_aol_v = false;
-template <class E>
-inline constexpr bool engine_has_aol_v<E, std::void_t<decltype(E::has_aol)>> = E::has_aol;
-
 template <class M>
 struct NsMatrices {
   M *x, *y, *a, *b, *q, *t;
@@ -43,9 +37,7 @@ struct NsMatrices {
   M& run(Engine& e, const Options& o, bool gram) {
     using T = typename Engine::template scalar_t<M>;
     const NsSchedule& sch = o.schedule;
-    if (sch.aol) {  // the first step's A = X X^T gives the scaling (aol_first)
-      if constexpr (!engine_has_aol_v<Engine>) fail("matopt::NewtonSchulz", "this engine has no AOL scaling (ns_aol)");
-    } else {
+    if (!sch.aol) {  // with AOL, the first step's A = X X^T gives the scaling (aol_first)
       const T denominator = T(sch.safety) * e.norm(*x) + T(sch.eps);
       e.scale(*x, denominator > T(0) ? T(1) / denominator : T(0));  // a zero U with ns_eps = 0 stays zero
     }
@@ -67,9 +59,7 @@ struct NsMatrices {
   /// AOL (schedule.hpp): X <- diag(d) X and A <- diag(d) A diag(d) from A = X X^T; `scratch` holds d.
   template <class Engine, class T = typename Engine::template scalar_t<M>>
   static void aol_first(Engine& e, const NsSchedule& sch, M& xm, M& am, M& scratch) {
-    if constexpr (engine_has_aol_v<Engine>) {
-      if (sch.aol) e.aol_scale(xm, am, scratch, T(sch.eps));
-    }
+    if (sch.aol) e.aol_scale(xm, am, scratch, T(sch.eps));
   }
 
   template <class Engine, class T = typename Engine::template scalar_t<M>>
