@@ -86,17 +86,23 @@ TEST_CASE("thrust backend: ns_dtype = bfloat16 is refused by the device optimize
   matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> dev;
   auto ds = dev.make_state(w);
   dev.options().precondition.dtype = matopt::NsDtype::BFloat16;
-  // Without oneDNN the options' own check refuses bfloat16 first (found on the first GPU run, a build without it).
-#if defined(MATOPT_HAS_ONEDNN)
-  const char* refusal = "ns_dtype = bfloat16 is the host engine's";
-#else
-  const char* refusal = "ns_dtype = bfloat16 needs oneDNN";
-#endif
-  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains(refusal), std::invalid_argument);
+  // The device's own rule speaks first, with or without oneDNN (without it, the options' host rule used to: "needs
+  // oneDNN", found on the first GPU run).
+  CHECK_THROWS_WITH_AS(dev.step(w, gv, ds), doctest::Contains("ns_dtype = bfloat16 is the host engine's"),
+                       std::invalid_argument);
   CHECK_THROWS_WITH_AS(dev.make_state(w), doctest::Contains("set ns_dtype = float32"), std::invalid_argument);
   CHECK(matopt::to_host(w) == HostMat<float, Eigen::ColMajor>::Constant(6, 4, 0.5f));
   CHECK(ds.steps == 0);
   CHECK(std::vector<float>(ds.momentum.begin(), ds.momentum.end()) == std::vector<float>(6 * 4, 0.0f));
+  // At construction too, and where a wrapper holds the Newton–Schulz options (NorMuon: SecondMoment of Orthogonalize).
+  Opt::Options muon;
+  muon.precondition.dtype = matopt::NsDtype::BFloat16;
+  CHECK_THROWS_WITH_AS((matopt::DeviceOptimizer<Opt, matopt::ThrustEngine>(muon)),
+                       doctest::Contains("ns_dtype = bfloat16 is the host engine's"), std::invalid_argument);
+  matopt::NorMuon<float>::Options normuon;
+  normuon.precondition.dtype = matopt::NsDtype::BFloat16;
+  CHECK_THROWS_WITH_AS((matopt::DeviceOptimizer<matopt::NorMuon<float>, matopt::ThrustEngine>(normuon)),
+                       doctest::Contains("ns_dtype = bfloat16 is the host engine's"), std::invalid_argument);
 }
 
 TEST_CASE_TEMPLATE("thrust backend: diagonal dominance of a device matrix equals the host's", T, float, double) {

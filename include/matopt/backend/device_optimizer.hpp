@@ -173,6 +173,18 @@ DiagonalDominance gram_dominance(Engine& e, Strided<T> x, T* p, DiagonalDominanc
   return dominance_of_gram<T>(ph, host_ws.rows, side);
 }
 
+/// Refuses ns_dtype = bfloat16 wherever a device optimizer's options hold one (the preconditioner's, or one it
+/// wraps), before the host optimizer's checks, whose bfloat16 rule is the host engine's (oneDNN).
+struct DeviceDtypeCheck {
+  const char* where;
+  template <class F, class C>
+  void operator()(std::string_view, const F& field, const C&, const char*) const {
+    if constexpr (std::is_same_v<F, NsDtype>) check_ns_dtype(field, where);
+  }
+  template <class R>
+  void rule(R&&) const {}
+};
+
 template <class P>
 inline constexpr bool host_only_policy_v = false;
 
@@ -785,7 +797,7 @@ class DeviceOptimizer {
   /// An optimizer with these options and engine; throws std::invalid_argument naming the first bad option.
   explicit DeviceOptimizer(const Options& options, Engine engine = Engine{})
       : options_(options), engine_(std::move(engine)) {
-    Host::validate(options_, name());
+    validate(name());
   }
 
   /// The host optimizer's name, such as "matopt::Muon".
@@ -834,7 +846,7 @@ class DeviceOptimizer {
   /// hyperparameters, a shape or layout mismatch, or (NonFinite::Throw) a non-finite gradient.
   void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) {
     constexpr const char* where = Host::name();
-    Host::validate(options_, where);
+    validate(where);
     detail::check_device_step<T>(where, w, g, state);
     detail::check_row_blocks<PreconditionerType, ScalingType, T>(options_.precondition, w.rows, w.cols, where);
     check_policy_state(state, w.rows, w.cols, where);
@@ -898,6 +910,13 @@ class DeviceOptimizer {
   static constexpr bool fused =
       MomentumType::has_buffer && detail::has_fused_step_v<ScalingType> &&
       detail::is_normalize_lines_v<PreconditionerType>;
+
+  /// The host optimizer's checks of the options, after the device's own rule (DeviceDtypeCheck).
+  void validate(const char* where) const {
+    detail::DeviceDtypeCheck dtype{where};
+    Host::describe(options_, dtype);
+    Host::validate(options_, where);
+  }
 
   /// The preconditioner's state must fit these options (SecondMoment: S sized for the row blocks of make_state).
   void check_policy_state(const State& state, Index m, Index n, const char* where) const {

@@ -39,23 +39,40 @@ namespace matopt {
 
 namespace detail {
 
-/// The Euclidean norm of `len` elements x[k * stride] without overflow or underflow (core/detail/norms.hpp's
-/// rule: the plain sum of squares, recomputed as a * ||x / a|| only when it leaves the normal range).
-template <class T>
-MATOPT_HOST_DEVICE T line_norm(const T* x, Index len, Index stride) {
+/// The Euclidean norm of the `len` elements at(0), ..., at(len - 1) without overflow or underflow
+/// (core/detail/norms.hpp's rule: the plain sum of squares, recomputed as a * ||x / a|| only when it leaves the
+/// normal range). at(k) reads an element or computes it (the fused step's u = u_g g + u_v v), in the same order
+/// in every pass.
+template <class T, class At>
+MATOPT_HOST_DEVICE T line_norm(Index len, const At& at) {
   using std::fabs;
   using std::fmax;
   using std::sqrt;
   T sumsq = T(0);
-  for (Index k = 0; k < len; ++k) sumsq += x[k * stride] * x[k * stride];
+  for (Index k = 0; k < len; ++k) sumsq += at(k) * at(k);
   if ((sumsq >= DeviceLimits<T>::min() && sumsq <= DeviceLimits<T>::max()) || sumsq != sumsq) return sqrt(sumsq);
   T a = T(0);
-  for (Index k = 0; k < len; ++k) a = fmax(a, fabs(x[k * stride]));
+  for (Index k = 0; k < len; ++k) a = fmax(a, fabs(at(k)));
   if (!(a > T(0)) || !finite_value(a)) return a;
   T scaled = T(0);
-  for (Index k = 0; k < len; ++k) scaled += (x[k * stride] / a) * (x[k * stride] / a);
+  for (Index k = 0; k < len; ++k) scaled += (at(k) / a) * (at(k) / a);
   return a * sqrt(scaled);
 }
+/// Row i of u, for line_norm.
+template <class T>
+struct RowAt {
+  Strided<const T> u;
+  Index i;
+  MATOPT_HOST_DEVICE T operator()(Index j) const { return u(i, j); }
+};
+/// Row i of U = u_g G + u_v V, computed, for line_norm (the fused step).
+template <class T>
+struct MomentumRowAt {
+  Strided<const T> g, v;
+  MomentumCoefficients<T> c;
+  Index i;
+  MATOPT_HOST_DEVICE T operator()(Index j) const { return c.u_g * g(i, j) + c.u_v * v(i, j); }
+};
 
 /// Element k of the rows x cols iteration space of `out`, in out's memory order (unit stride innermost).
 template <class T>
@@ -184,7 +201,7 @@ struct InverseRowNormOp {  // inv[i] = 1 / max(||u_i||, eps)
   T* inv;
   T eps;
   MATOPT_HOST_DEVICE void operator()(Index i) const {
-    const T n = line_norm(&u(i, 0), u.cols, u.cs);
+    const T n = line_norm<T>(u.cols, RowAt<T>{u, i});
     inv[i] = T(1) / (n > eps ? n : eps);
   }
 };
@@ -237,29 +254,7 @@ struct FusedRowOp {  // a whole RowNormalize + Static step for row i (fused_norm
   Strided<const T> g;
   FusedStep<T> f;
   MATOPT_HOST_DEVICE void operator()(Index i) const {
-    using std::fabs;
-    using std::fmax;
-    using std::sqrt;
-    T sumsq = T(0);
-    for (Index j = 0; j < w.cols; ++j) {
-      const T u = f.c.u_g * g(i, j) + f.c.u_v * v(i, j);
-      sumsq += u * u;
-    }
-    T norm = sqrt(sumsq);
-    if (!((sumsq >= DeviceLimits<T>::min() && sumsq <= DeviceLimits<T>::max()) || sumsq != sumsq)) {
-      T a = T(0);  // left the normal range: a * ||u / a|| (core/detail/norms.hpp)
-      for (Index j = 0; j < w.cols; ++j) a = fmax(a, fabs(f.c.u_g * g(i, j) + f.c.u_v * v(i, j)));
-      if (a > T(0) && finite_value(a)) {
-        T scaled = T(0);
-        for (Index j = 0; j < w.cols; ++j) {
-          const T u = (f.c.u_g * g(i, j) + f.c.u_v * v(i, j)) / a;
-          scaled += u * u;
-        }
-        norm = a * sqrt(scaled);
-      } else {
-        norm = a;
-      }
-    }
+    const T norm = line_norm<T>(w.cols, MomentumRowAt<T>{g, Strided<const T>(v), f.c, i});
     const T scale = f.step / (norm > f.eps ? norm : f.eps);
     for (Index j = 0; j < w.cols; ++j) {
       const T gij = g(i, j), vij = v(i, j);

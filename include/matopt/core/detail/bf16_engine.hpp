@@ -34,6 +34,10 @@
 
 #if defined(MATOPT_HAS_ONEDNN)
 #include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+#if DNNL_VERSION_MAJOR != 2
+#error "matopt's bfloat16 products use oneDNN 2.x's C API (Debian 12's libdnnl-dev 2.6): configure MATOPT_ONEDNN=OFF"
+#endif
 #endif
 
 namespace matopt::detail {
@@ -101,7 +105,7 @@ struct Bf16Scratch {
 
 #if defined(MATOPT_HAS_ONEDNN)
 // oneDNN through its C API (dnnl.h): its C++ header costs every translation unit that includes Newton–Schulz about
-// 0.7 s of parsing (docs/performance.md#compile-time); these few owned handles are all matopt needs of it.
+// 0.8 s of parsing (docs/performance.md#compile-time); these few owned handles are all matopt needs of it.
 
 /// A oneDNN handle, owned: Destroy(h) when it goes.
 template <class H, dnnl_status_t (*Destroy)(H)>
@@ -126,8 +130,7 @@ class OneDnnHandle {
 /// Throws std::runtime_error naming the call unless oneDNN reported success.
 inline void onednn_check(dnnl_status_t status, const char* call) {
   if (status != dnnl_success)
-    throw std::runtime_error(std::string("matopt: oneDNN ") + call + " failed (dnnl_status_t " +
-                             std::to_string(int(status)) + ")");
+    throw std::runtime_error(std::string("matopt: oneDNN's ") + call + " failed: " + dnnl_status2str(status));
 }
 
 /// oneDNN's CPU engine, one per process, and a stream per thread (a stream is not shared between threads).
@@ -205,7 +208,8 @@ inline OneDnnPrimitive onednn_matmul_primitive(const std::array<dnnl_memory_desc
   dnnl_primitive_attr_t a = nullptr;
   onednn_check(dnnl_primitive_attr_create(&a), "dnnl_primitive_attr_create");
   const OneDnnHandle<dnnl_primitive_attr_t, dnnl_primitive_attr_destroy> attr(a);
-  if (alpha != 1.0f) onednn_check(dnnl_primitive_attr_set_output_scales(a, 1, 0, &alpha), "set_output_scales");
+  if (alpha != 1.0f)
+    onednn_check(dnnl_primitive_attr_set_output_scales(a, 1, 0, &alpha), "dnnl_primitive_attr_set_output_scales");
   if (beta != 0.0f) {
     dnnl_post_ops_t p = nullptr;
     onednn_check(dnnl_post_ops_create(&p), "dnnl_post_ops_create");
@@ -244,8 +248,12 @@ inline const OneDnnPrimitive& onednn_matmul(const std::array<dnnl_dim_t, 11>& ke
 /// which oneDNN refuses where it has no kernel (ONEDNN_MAX_CPU_ISA lowers the CPU it sees).
 inline bool onednn_bf16_available() {
   static const bool available = [] {
-    const dnnl_memory_desc_t a = onednn_desc(8, 8, dnnl_bf16, 8, 1), c = onednn_desc(8, 8, dnnl_f32, 8, 1);
-    return onednn_matmul_primitive({a, a, c}, 1.0f, 0.0f).available();
+    try {
+      const dnnl_memory_desc_t a = onednn_desc(8, 8, dnnl_bf16, 8, 1), c = onednn_desc(8, 8, dnnl_f32, 8, 1);
+      return onednn_matmul_primitive({a, a, c}, 1.0f, 0.0f).available();
+    } catch (const std::runtime_error&) {  // no engine, no memory: no bfloat16 products either
+      return false;
+    }
   }();
   return available;
 }
