@@ -188,14 +188,6 @@ struct DeviceDtypeCheck {
 template <class P>
 inline constexpr bool host_only_policy_v = false;
 
-/// Engines that keep their own scratch (the CUDA engine: bf16 operands, reduction results) size it in
-/// reserve(m, n), called from make_state; others need not declare it.
-template <class E, class = void>
-inline constexpr bool engine_has_reserve_v = false;
-template <class E>
-inline constexpr bool engine_has_reserve_v<E, std::void_t<decltype(std::declval<E&>().reserve(Index(), Index()))>> =
-    true;
-
 /// How each preconditioner runs on a device engine: reserve(ws, options, m, n) and
 /// apply(engine, ws, options, m, n, layout, form_u) -> D, where form_u(target) writes U into the m x n
 /// target and D is a view of the workspace.
@@ -936,7 +928,7 @@ class DeviceOptimizer {
         b.for_each(m, [&](const RowSet& r) {
           Precondition::reserve(ws_, options_.precondition, r.size(), n);
           // The engine's row scratch is not monotone in the rows (cuda::Engine::reserve): each block's shape too.
-          if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(r.size(), n);
+          engine_.reserve(r.size(), n);
         });
         ws_.host_norms.reserve(b.split_groups);  // >= 1
         if constexpr (!detail::has_fused_step_v<ScalingType>)
@@ -949,7 +941,7 @@ class DeviceOptimizer {
         if (equal_blocks(m)) engine_.template reserve_batched<T>(b.count(), b.block(m, 0).size(), n);
     }
     if constexpr (detail::tracks_singular_vectors_v<ScalingType>) detail::grow(ws_.vectors, m + n);
-    if constexpr (detail::engine_has_reserve_v<Engine>) engine_.reserve(m, n);
+    engine_.reserve(m, n);  // the engine's own scratch (the CUDA engine's bf16 operands, reduction results)
     if (options_.non_finite == NonFinite::Zero) detail::grow(ws_.clean, m * n);
   }
 

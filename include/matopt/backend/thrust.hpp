@@ -359,6 +359,9 @@ struct ThrustEngine {
   static constexpr const char* name() { return "thrust"; }
   /// No batched Newton–Schulz (the CUDA engine's ns_batched): DeviceOptimizer steps row blocks one by one.
   static constexpr bool has_batched_ns = false;
+  /// No scratch of its own to size for m x n parameters (DeviceOptimizer::make_state calls it; Thrust's reductions
+  /// allocate their temporaries).
+  void reserve(Index, Index) {}
 
   /// Calls f(i) for i in [0, n) as one Thrust for_each.
   template <class F>
