@@ -104,8 +104,8 @@ struct Bf16Scratch {
 };
 
 #if defined(MATOPT_HAS_ONEDNN)
-// oneDNN through its C API (dnnl.h): its C++ header costs every translation unit that includes Newton–Schulz about
-// 0.8 s of parsing (docs/performance.md#compile-time); these few owned handles are all matopt needs of it.
+// oneDNN through its C API (dnnl.h): its C++ header (0.8 s to parse alone) cost every translation unit that includes
+// Newton–Schulz about 0.4 s (docs/performance.md#compile-time); these few owned handles are all matopt needs of it.
 
 /// A oneDNN handle, owned: Destroy(h) when it goes.
 template <class H, dnnl_status_t (*Destroy)(H)>

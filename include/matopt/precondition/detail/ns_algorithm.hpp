@@ -16,7 +16,6 @@
 //   aol_scale(x, a, scratch, eps): Turbo-Muon's AOL row scaling of x and a (schedule.hpp), scratch r x r
 
 #include <algorithm>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
