@@ -207,7 +207,6 @@ struct DevicePreconditioner<Orthogonalize<NewtonSchulz<Schedule, V>>> {
   using Options = typename Method::Options;
   template <class T>
   static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    check_ns_dtype(o.dtype, "matopt device optimizer");
     const Index r = m < n ? m : n, s = m < n ? n : m;  // Orthogonalize: r x s with r <= s
     grow(ws.x, r * s);
     grow(ws.y, r * s);
@@ -806,6 +805,7 @@ class DeviceOptimizer {
   /// The state for parameter w; grows the shared device workspace to fit w's shape.
   State make_state(DeviceMatrixView<const T> w) {
     detail::check_device_view<T>(Host::name(), w, "W");
+    check_device_rules(Host::name());
     // Growing the workspace frees buffers that steps queued on the engine's stream may still use, and the zero
     // fill below runs on Thrust's stream: both after the work queued so far (device_matrix.hpp).
     detail::device_synchronize();
@@ -903,10 +903,14 @@ class DeviceOptimizer {
       MomentumType::has_buffer && detail::has_fused_step_v<ScalingType> &&
       detail::is_normalize_lines_v<PreconditionerType>;
 
-  /// The host optimizer's checks of the options, after the device's own rule (DeviceDtypeCheck).
-  void validate(const char* where) const {
+  /// The device's own rule on the options (DeviceDtypeCheck), before anything is allocated or written.
+  void check_device_rules(const char* where) const {
     detail::DeviceDtypeCheck dtype{where};
     Host::describe(options_, dtype);
+  }
+  /// The host optimizer's checks of the options, after the device's own rule.
+  void validate(const char* where) const {
+    check_device_rules(where);
     Host::validate(options_, where);
   }
 

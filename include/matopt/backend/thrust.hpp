@@ -49,13 +49,19 @@ MATOPT_HOST_DEVICE T line_norm(Index len, const At& at) {
   using std::fmax;
   using std::sqrt;
   T sumsq = T(0);
-  for (Index k = 0; k < len; ++k) sumsq += at(k) * at(k);
+  for (Index k = 0; k < len; ++k) {
+    const T x = at(k);
+    sumsq += x * x;
+  }
   if ((sumsq >= DeviceLimits<T>::min() && sumsq <= DeviceLimits<T>::max()) || sumsq != sumsq) return sqrt(sumsq);
   T a = T(0);
   for (Index k = 0; k < len; ++k) a = fmax(a, fabs(at(k)));
   if (!(a > T(0)) || !finite_value(a)) return a;
   T scaled = T(0);
-  for (Index k = 0; k < len; ++k) scaled += (at(k) / a) * (at(k) / a);
+  for (Index k = 0; k < len; ++k) {
+    const T x = at(k) / a;
+    scaled += x * x;
+  }
   return a * sqrt(scaled);
 }
 /// Row i of u, for line_norm.

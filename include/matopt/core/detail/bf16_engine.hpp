@@ -223,14 +223,21 @@ inline OneDnnPrimitive onednn_matmul_primitive(const std::array<dnnl_memory_desc
   return OneDnnPrimitive(status == dnnl_success ? pd : nullptr, d, 3);
 }
 
-/// A matmul primitive C <- alpha A B + beta C for one shape, set of strides and (alpha, beta), made once per thread
-/// and kept (a Newton–Schulz run repeats the same few products; oneDNN's own cache would still rebuild the
-/// descriptors on every call). key: m, n, k, the strides of A, B and C, and the bits of alpha and beta.
-inline const OneDnnPrimitive& onednn_matmul(const std::array<dnnl_dim_t, 11>& key) {
-  thread_local std::map<std::array<dnnl_dim_t, 11>, OneDnnPrimitive> cache;
+/// The primitive for `key`, made by make(key) on this thread's first call with it and kept (a Newton–Schulz run
+/// repeats the same few products; oneDNN's own cache would still rebuild the descriptors on every call). One cache
+/// per key length: matmuls and reorders.
+template <std::size_t N, class Make>
+const OneDnnPrimitive& onednn_cached(const std::array<dnnl_dim_t, N>& key, Make&& make) {
+  thread_local std::map<std::array<dnnl_dim_t, N>, OneDnnPrimitive> cache;
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (cache.size() >= 256) cache.clear();  // a bounded set of shapes: a model's matrices
+  return cache.emplace(key, make(key)).first->second;
+}
+
+/// A matmul primitive C <- alpha A B + beta C for one shape, set of strides and (alpha, beta), made once per
+/// thread. key: m, n, k, the strides of A, B and C, and the bits of alpha and beta.
+inline OneDnnPrimitive onednn_make_matmul(const std::array<dnnl_dim_t, 11>& key) {
   float alpha, beta;
   const std::uint32_t alpha_bits = std::uint32_t(key[9]), beta_bits = std::uint32_t(key[10]);
   std::memcpy(&alpha, &alpha_bits, sizeof alpha);
@@ -240,7 +247,7 @@ inline const OneDnnPrimitive& onednn_matmul(const std::array<dnnl_dim_t, 11>& ke
                                                onednn_desc(key[0], key[1], dnnl_f32, key[7], key[8])},
                                               alpha, beta);
   if (!p.available()) onednn_check(dnnl_unimplemented, "matmul (bf16)");
-  return cache.emplace(key, std::move(p)).first->second;
+  return p;
 }
 
 /// Whether oneDNN has a bfloat16 matmul for this CPU (oneDNN 2.x needs AVX-512; without AVX512_BF16 or AMX it
@@ -259,18 +266,14 @@ inline bool onednn_bf16_available() {
 }
 
 /// A reorder primitive from float to bfloat16 (round to nearest even; oneDNN's JIT kernels, threaded) for one
-/// shape and strides, made once per thread and kept.
-inline const OneDnnPrimitive& onednn_to_bf16(const std::array<dnnl_dim_t, 4>& key) {
-  thread_local std::map<std::array<dnnl_dim_t, 4>, OneDnnPrimitive> cache;
-  auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  if (cache.size() >= 256) cache.clear();
+/// shape and strides (key: rows, cols, row and column strides).
+inline OneDnnPrimitive onednn_make_to_bf16(const std::array<dnnl_dim_t, 4>& key) {
   const std::array<dnnl_memory_desc_t, 3> d{onednn_desc(key[0], key[1], dnnl_f32, key[2], key[3]),
                                             onednn_desc(key[0], key[1], dnnl_bf16, key[2], key[3])};
   dnnl_primitive_desc_t pd = nullptr;
   onednn_check(dnnl_reorder_primitive_desc_create(&pd, &d[0], onednn_engine(), &d[1], onednn_engine(), nullptr),
                "dnnl_reorder_primitive_desc_create");
-  return cache.emplace(key, OneDnnPrimitive(pd, d, 2)).first->second;
+  return OneDnnPrimitive(pd, d, 2);
 }
 #else
 /// Whether oneDNN has a bfloat16 matmul for this CPU: this build has no oneDNN.
@@ -410,7 +413,7 @@ class Bf16HostEngine : public HostEngine {
     if constexpr (std::is_same_v<typename M::Scalar, float>) {
       if (n == 0) return;  // oneDNN refuses empty memory
       const Strides st = strides(x);
-      onednn_to_bf16({x.rows(), x.cols(), st[0], st[1]}).run({in, out, nullptr});
+      onednn_cached<4>({x.rows(), x.cols(), st[0], st[1]}, onednn_make_to_bf16).run({in, out, nullptr});
     } else
 #endif
     {
@@ -454,8 +457,9 @@ class Bf16HostEngine : public HostEngine {
     std::uint32_t alpha_bits, beta_bits;
     std::memcpy(&alpha_bits, &alpha, sizeof alpha);
     std::memcpy(&beta_bits, &beta, sizeof beta);
-    onednn_matmul({m, n, k, sa[0], sa[1], sb[0], sb[1], so[0], so[1], dnnl_dim_t(alpha_bits), dnnl_dim_t(beta_bits)})
-        .run({a, b, out});
+    const std::array<dnnl_dim_t, 11> key{m, n, k, sa[0], sa[1], sb[0], sb[1], so[0], so[1], dnnl_dim_t(alpha_bits),
+                                         dnnl_dim_t(beta_bits)};
+    onednn_cached(key, onednn_make_matmul).run({a, b, out});
 #else
     (void)m, (void)k, (void)n, (void)a, (void)sa, (void)b, (void)sb, (void)out, (void)so, (void)alpha, (void)beta;
     fail("matopt::NewtonSchulz", "ns_dtype = bfloat16 needs oneDNN (libdnnl-dev), and this build has none");
