@@ -9,8 +9,10 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <matopt/core/detail/bf16_engine.hpp>
+#include <matopt/core/detail/engine.hpp>
 #include <matopt/facade/any_optimizer.hpp>
 #include <matopt/precondition/exact_polar.hpp>
 #include <matopt/precondition/orthogonalize.hpp>
@@ -323,4 +325,79 @@ TEST_CASE("ns_dtype: a bad value, or bfloat16 without oneDNN or a bfloat16 matmu
   auto s2 = fresh.make_state(view(w2));
   fresh.step(view(w2), view(g), s2);
   CHECK(w == w2);
+}
+
+TEST_CASE_TEMPLATE("host engine on strided views (the operations of policies written once over views): products, "
+                   "combinations and line norms equal plain loops, every storage order and transpose",
+                   T, float, double) {
+  using detail::Strided;
+  const T tol = std::numeric_limits<T>::epsilon() * 16;
+  // A (m x k) and B (k x n) stored column-major or row-major, read as given or as the transpose of a stored k x m /
+  // n x k matrix; C (m x n) in either order, beta 0 (C's NaNs not read) and beta 0.5.
+  const Index m = 5, k = 3, n = 4;
+  for (int mask = 0; mask < 32; ++mask) {
+    CAPTURE(mask);
+    const bool a_row = mask & 1, a_t = mask & 2, b_row = mask & 4, b_t = mask & 8, c_row = mask & 16;
+    std::vector<T> as(m * k), bs(k * n), cs(m * n);
+    for (std::size_t i = 0; i < as.size(); ++i) as[i] = T(std::sin(1.0 + double(i)));
+    for (std::size_t i = 0; i < bs.size(); ++i) bs[i] = T(std::cos(2.0 + 0.7 * double(i)));
+    const auto view = [](T* data, Index r, Index c, bool row, bool t) {
+      const Strided<T> s = detail::strided(data, t ? c : r, t ? r : c, row ? Layout::RowMajor : Layout::ColMajor);
+      return t ? s.t() : s;
+    };
+    const Strided<T> a = view(as.data(), m, k, a_row, a_t), b = view(bs.data(), k, n, b_row, b_t);
+    const Strided<T> c = detail::strided(cs.data(), m, n, c_row ? Layout::RowMajor : Layout::ColMajor);
+    for (const T beta : {T(0), T(0.5)}) {
+      for (Index i = 0; i < m; ++i)
+        for (Index j = 0; j < n; ++j) c(i, j) = beta == T(0) ? std::numeric_limits<T>::quiet_NaN() : T(i - j);
+      detail::HostEngine::gemm(T(-1.5), a, b, beta, c);
+      for (Index i = 0; i < m; ++i)
+        for (Index j = 0; j < n; ++j) {
+          double want = beta == T(0) ? 0.0 : 0.5 * double(i - j), size = std::abs(want);
+          for (Index l = 0; l < k; ++l) {
+            want += -1.5 * double(a(i, l)) * double(b(l, j));
+            size += std::abs(1.5 * double(a(i, l)) * double(b(l, j)));
+          }
+          CHECK(std::abs(double(c(i, j)) - want) <= double(tol) * size);  // within a few roundings of each term
+        }
+    }
+  }
+  // out = a x + b y, copy, norm, and the squared norms and scaling of rows and columns, across storage orders.
+  std::vector<T> xs(m * n), ys(m * n), outs(m * n);
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    xs[i] = T(double(i) - 7.0);
+    ys[i] = T(0.25 * double(i));
+  }
+  const Strided<T> x = detail::strided(xs.data(), m, n, Layout::RowMajor);
+  const Strided<T> y = detail::strided(ys.data(), m, n, Layout::ColMajor);
+  const Strided<T> out = detail::strided(outs.data(), m, n, Layout::ColMajor);
+  detail::HostEngine::combine(out, T(2), Strided<const T>(x), T(-4), Strided<const T>(y));
+  double sumsq = 0;
+  for (Index i = 0; i < m; ++i)
+    for (Index j = 0; j < n; ++j) {
+      CHECK(out(i, j) == T(2) * x(i, j) - T(4) * y(i, j));  // exact: small integers and quarters
+      sumsq += double(out(i, j)) * double(out(i, j));
+    }
+  CHECK(std::abs(double(detail::HostEngine::norm(Strided<const T>(out))) - std::sqrt(sumsq)) <=
+        double(tol) * std::sqrt(sumsq));
+  for (const bool rows : {true, false}) {
+    CAPTURE(rows);
+    detail::HostEngine::copy(Strided<const T>(x), out);  // out (column-major) = x (row-major)
+    std::vector<T> f(std::size_t(rows ? m : n));
+    detail::HostEngine::line_squared_norms(out, rows, f.data());
+    for (Index l = 0; l < Index(f.size()); ++l) {
+      double want = 0;
+      for (Index e = 0; e < (rows ? n : m); ++e) want += std::pow(double(rows ? x(l, e) : x(e, l)), 2);
+      CHECK(double(f[std::size_t(l)]) == want);  // exact: sums of squares of small integers
+      f[std::size_t(l)] = T(l + 1);
+    }
+    int sunk = 0;
+    detail::HostEngine::scale_lines(out, rows, static_cast<const T*>(f.data()), [&](const Strided<T>& d) {
+      CHECK(d.data == out.data);
+      ++sunk;
+    });
+    CHECK(sunk == 1);
+    for (Index i = 0; i < m; ++i)
+      for (Index j = 0; j < n; ++j) CHECK(out(i, j) == x(i, j) * T(rows ? i + 1 : j + 1));
+  }
 }

@@ -25,9 +25,9 @@
 //     copied through host memory only by checkpoints (into a copy of the host State).
 //   Row blocks: each block is formed, preconditioned and updated as a parameter of its own shape (as
 //     Optimizer::apply_blocks); a block of split_groups runs is formed run by run into the workspace.
-//   Dion: M and Q live in device memory (State::moment, as AdaMuon's S); the products run on the engine, the thin
-//     Q of P's Householder QR on the host (the host's own orthonormalize on P downloaded: max(m, n) r elements each
-//     way per step).
+//   Dion: the host's own step (DionPowerIteration::run, written once over views) with M and Q in device memory
+//     (State::moment, as AdaMuon's S) and the products on the engine; the thin Q of P's Householder QR on a host
+//     copy of P (max(m, n) r elements each way per step).
 //   ExactPolar: the reference SVD runs on the host (the host policy itself, on a host copy of U: m n elements
 //     each way per step); neither device engine has an SVD.
 //   SpectralCap: u and v live in the host State (its type and checkpoints stay the host's): each step uploads v
@@ -56,6 +56,7 @@
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/strided.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/optimizer.hpp"
 #include "matopt/core/step_policy.hpp"
@@ -82,46 +83,9 @@
 namespace matopt {
 namespace detail {
 
-/// A rows x cols matrix at data with element (i, j) at data[i * rs + j * cs]: any storage order, and
-/// transposes without copies. Column-major handles (rs = 1, cs = rows) are the engines' dense operands.
-template <class T>
-struct Strided {
-  using value_type = T;
-  T* data = nullptr;
-  Index rows = 0, cols = 0, rs = 0, cs = 0;
-
-  MATOPT_HOST_DEVICE T& operator()(Index i, Index j) const { return data[i * rs + j * cs]; }
-  MATOPT_HOST_DEVICE Index size() const { return rows * cols; }
-  /// The transpose (a view of the same memory).
-  Strided t() const { return {data, cols, rows, cs, rs}; }
-  template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
-  operator Strided<const U>() const {
-    return {data, rows, cols, rs, cs};
-  }
-};
-
-template <class T>
-Strided<T> col_major(T* data, Index rows, Index cols) {
-  return {data, rows, cols, 1, rows};
-}
-template <class T>
-Strided<T> strided(T* data, Index rows, Index cols, Layout layout) {
-  return layout == Layout::RowMajor ? Strided<T>{data, rows, cols, cols, 1} : Strided<T>{data, rows, cols, 1, rows};
-}
 template <class T>
 Strided<T> strided(DeviceMatrixView<T> v) {
   return strided(v.data, v.rows, v.cols, v.layout);
-}
-/// Rows [first, first + rows) of x (a view of the same memory).
-template <class T>
-Strided<T> rows_of(Strided<T> x, Index first, Index rows) {
-  return {x.data + first * x.rs, rows, x.cols, x.rs, x.cs};
-}
-/// A matrix at data laid out as the dense x (x spans exactly its rows * cols elements from x.data).
-template <class T>
-Strided<T> laid_out_as(T* data, const Strided<T>& x) {
-  MATOPT_ASSERT((x.rs == 1 && (x.cs == x.rows || x.cols <= 1)) || (x.cs == 1 && (x.rs == x.cols || x.rows <= 1)));
-  return {data, x.rows, x.cols, x.rs, x.cs};
 }
 template <class T>
 T* raw(thrust::device_vector<T>& v) {
@@ -474,6 +438,17 @@ struct DevicePolicyEngine {
     e.combine(d, a, w, b, Strided<const T>(d));
     return d;
   }
+  /// out = a x + b y; out = x; C = alpha A B + beta C (the engine's, for policies written once over views).
+  void combine(Strided<T> out, T a, Strided<const T> x, T b, Strided<const T> y) { e.combine(out, a, x, b, y); }
+  void copy(Strided<const T> x, Strided<T> out) { e.copy(x, out); }
+  void gemm(T alpha, Strided<T> a, Strided<T> b, T beta, Strided<T> c) { e.gemm(alpha, a, b, beta, c); }
+  /// f(X) on a host copy of the column-major x (in the workspace's host buffer), then X copied back into x.
+  template <class F>
+  void on_host(Strided<T> x, F&& f) {
+    e.download(static_cast<const T*>(x.data), x.size(), ws.host_u.data());
+    f(ws.host_u.matrix(x.rows, x.cols));
+    e.upload(static_cast<const T*>(ws.host_u.data()), x.size(), x.data);
+  }
   /// The vectors of a power iteration on W in the workspace, v uploaded from the host's.
   template <class V>
   DeviceSingularVectors<T, Engine> singular_vectors(Strided<T> w, const V&, const V& host_v) {
@@ -574,11 +549,9 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
   }
 };
 
-/// DionPowerIteration (dion.hpp): M and Q in device memory, the products on the engine. Only the thin Q factor of
-/// P's Householder QR runs on the host (DionPowerIteration::orthonormalize on P downloaded: max(m, n) r elements each
-/// way per step; neither device engine has a QR), and Q's column factors 1 / (||R_j|| + eps) are computed there from
-/// the r squared column norms (as NorMuon's factors; the host divides, so the two differ in the last bit). The
-/// products run in the engine's precision.
+/// DionPowerIteration (dion.hpp): its run() with M and Q in device memory and the products on the engine; the thin Q
+/// factor of P's Householder QR on a host copy of P (on_host: max(m, n) r elements each way per step; neither device
+/// engine has a QR). The products run in the engine's precision.
 template <>
 struct DevicePreconditioner<DionPowerIteration> {
   using P = DionPowerIteration;
@@ -606,40 +579,15 @@ struct DevicePreconditioner<DionPowerIteration> {
     ws.host_u.reserve(rows * r);
     ws.host_lines.reserve(r);
   }
-  /// D (in ws.u, W's storage order) for U = G, with M and Q at `device` (updated in place); dion.hpp's step.
+  /// D (in ws.u, W's storage order) for U = G, with M and Q at `device` (updated in place): dion.hpp's run().
   template <class T, class Engine, class FormU>
   static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, const P::State<T>& s, T* device,
                           Index m, Index n, Layout layout, FormU&& form_u) {
-    const Index r = Index(s.rank);
-    const bool tall = m >= n;  // B = M (R x C) or M^T
-    const Index rows = tall ? m : n, cols = tall ? n : m;
-    const Strided<T> mom = strided(device, m, n, layout);
-    Strided<T> b = tall ? mom : mom.t(), q = col_major(device + m * n, cols, r);
-    Strided<T> p = col_major(raw(ws.a), rows, r), rr = col_major(raw(ws.b), cols, r);
+    const Index r = Index(s.rank), rows = std::max(m, n), cols = std::min(m, n);
     const Strided<T> d = form_in_workspace(ws, m, n, layout, form_u);  // U = G, then D in its place
-    e.combine(mom, T(1), Strided<const T>(mom), T(1), Strided<const T>(d));  // M <- M + G
-    const bool zero = e.norm(Strided<const T>(mom)) == T(0);  // P = 0 and R = Q: M unchanged, D = 0
-    if (zero) {
-      e.copy(Strided<const T>(mom), d);
-    } else {
-      e.gemm(T(1), b, q, T(0), p);  // P = orthonormalize(B Q)
-      e.download(static_cast<const T*>(p.data), rows * r, ws.host_u.data());
-      P::orthonormalize(ws.host_u.matrix(rows, r));
-      e.upload(static_cast<const T*>(ws.host_u.data()), rows * r, p.data);
-      e.gemm(T(1), b.t(), p, T(0), rr);          // R = B^T P
-      e.gemm(-T(1 - o.mu), p, rr.t(), T(1), b);  // M <- M - (1 - mu) P R^T
-    }
-    // Q <- R / (||R_j|| + eps), column by column, the factors computed on the host (as NorMuon's).
-    if (!zero) e.copy(Strided<const T>(rr), q);
     DevicePolicyEngine<T, Engine> pe{e, ws, layout};
-    T* f = ws.host_lines.data();
-    pe.line_squared_norms(q, false, f);
-    for (Index j = 0; j < r; ++j) f[j] = T(1) / P::column_divisor(T(std::sqrt(f[j])), o);
-    pe.scale_lines(q, false, static_cast<const T*>(f), [](const Strided<T>&) {});
-    if (!zero) {
-      Strided<T> dt = tall ? d : d.t();
-      e.gemm(T(1), p, q.t(), T(0), dt);  // D = P Q^T, in W's orientation
-    }
+    P::run(pe, strided(device, m, n, layout), col_major(device + m * n, cols, r), col_major(raw(ws.a), rows, r),
+           col_major(raw(ws.b), cols, r), d, o, ws.host_lines.data());
     return d;
   }
 };

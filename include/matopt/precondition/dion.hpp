@@ -15,6 +15,8 @@
 // as a fixed pseudo-random normal matrix (dion: torch.randn; the same for equal shapes here) and is kept in the
 // state with M, so checkpoints resume bitwise. The sign of each column of P (the QR's convention) cancels in
 // P R^T and P Q^T. The QR allocates (Eigen's HouseholderQR): Dion is not on the zero-allocation list.
+// The step is written once, run(), over views and engine operations: the host engine and the device engines
+// (DeviceOptimizer) run the same code; on a device the QR runs on a host copy of P.
 // One device only: dion's sharded (DDP / FSDP) forms are not part of matopt yet.
 
 #include <algorithm>
@@ -27,8 +29,10 @@
 #include <Eigen/QR>
 
 #include "matopt/config.hpp"
+#include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parse.hpp"
+#include "matopt/core/detail/strided.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/detail/workspace.hpp"
 #include "matopt/distributed/plan.hpp"
@@ -56,12 +60,12 @@ struct DionPowerIteration {
   /// Scratch of the step, sized by reserve().
   template <class T>
   struct Workspace {
-    /// Internal scratch: P (R x r), R (C x r), D (m x n).
+    /// Internal scratch: P (R x r), R (C x r), D (m x n), Q's r column factors.
     /// @{
-    detail::Buffer<T> p, r, d;  ///< P (R x r), R (C x r), D (m x n)
+    detail::Buffer<T> p, r, d, f;
     /// @}
     /// Bytes held.
-    std::size_t bytes() const { return p.bytes() + r.bytes() + d.bytes(); }
+    std::size_t bytes() const { return p.bytes() + r.bytes() + d.bytes() + f.bytes(); }
   };
   /// Per parameter: Dion's momentum M and right factor Q at a rank fixed at make_state (all checkpointed).
   template <class T>
@@ -128,9 +132,10 @@ struct DionPowerIteration {
     ws.p.reserve(std::max(m, n) * r);
     ws.r.reserve(std::min(m, n) * r);
     ws.d.reserve(m * n);
+    ws.f.reserve(r);
   }
 
-  /// P <- the thin Q factor of P's Householder QR (dion's orthonormalize; allocates). The host and device steps.
+  /// P <- the thin Q factor of P's Householder QR (dion's orthonormalize; allocates).
   template <class M>
   static void orthonormalize(M&& p) {
     using Mat = Eigen::Matrix<typename std::decay_t<M>::Scalar, Eigen::Dynamic, Eigen::Dynamic>;
@@ -138,42 +143,44 @@ struct DionPowerIteration {
     p.setIdentity();
     p.applyOnTheLeft(qr.householderQ());
   }
-  /// Q's column j is R's divided by ||R_j|| + eps (the host and device steps).
-  template <class T>
-  static T column_divisor(T norm, const Options& o) {
-    return norm + T(o.eps);
+  /// Dion's step on engine e, written once over views for every engine (the host engine here, a device engine in
+  /// DeviceOptimizer): M (m x n, W's order) and Q (min(m, n) x r, column-major) updated in place; D holds G on entry
+  /// and D on return; P (max(m, n) x r) and R (min(m, n) x r) column-major scratch; f r scalars of host memory. Q's
+  /// column factors 1 / (||R_j|| + eps) are computed on the host and multiplied in.
+  template <class E, class T>
+  static void run(E& e, detail::Strided<T> mom, detail::Strided<T> q, detail::Strided<T> p, detail::Strided<T> rr,
+                  detail::Strided<T> d, const Options& o, T* f) {
+    using View = detail::Strided<const T>;
+    const bool tall = mom.rows >= mom.cols;  // B = M (R x C) or M^T
+    const detail::Strided<T> b = tall ? mom : mom.t(), dt = tall ? d : d.t();
+    e.combine(mom, T(1), View(mom), T(1), View(d));  // M <- M + G
+    const bool zero = e.norm(View(mom)) == T(0);     // P = 0 and R = Q: M unchanged, D = 0
+    if (zero) {
+      e.copy(View(mom), d);
+    } else {
+      e.gemm(T(1), b, q, T(0), p);  // P = orthonormalize(B Q)
+      e.on_host(p, [](auto&& host) { orthonormalize(host); });
+      e.gemm(T(1), b.t(), p, T(0), rr);          // R = B^T P
+      e.gemm(-T(1 - o.mu), p, rr.t(), T(1), b);  // M <- M - (1 - mu) P R^T
+      e.copy(View(rr), q);
+    }
+    e.line_squared_norms(q, false, f);  // Q <- R / (||R_j|| + eps)
+    for (Index j = 0; j < q.cols; ++j) f[j] = T(1) / (T(std::sqrt(f[j])) + T(o.eps));
+    e.scale_lines(q, false, static_cast<const T*>(f), [](const auto&) {});
+    if (!zero) e.gemm(T(1), p, q.t(), T(0), dt);  // D = P Q^T, in W's orientation
   }
 
-  /// Calls sink(D) for the gradient U = G.
+  /// Calls sink(D) for the gradient U = G: run() on the host engine, G copied into D's workspace.
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& g, const Options& o, Workspace<T>& ws, State<T>& st, Sink&& sink) {
-    using Mat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
-    constexpr int order = detail::eigen_order_v<detail::layout_of_v<UExpr>>;
-    const Index m = g.rows(), n = g.cols(), r = Index(st.rank);
-    const bool tall = m >= n;
-    const Index rows = tall ? m : n, cols = tall ? n : m;
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, order>> mom(st.momentum.data(), m, n);
-    Eigen::Map<Mat> q(st.q.data(), cols, r);
-    auto p = ws.p.matrix(rows, r);
-    auto rr = ws.r.matrix(cols, r);
-    mom += g;
-    if (mom.cwiseAbs().maxCoeff() == T(0)) {
-      p.setZero();
-      rr = q;
-    } else {
-      if (tall) p.noalias() = mom * q;
-      else p.noalias() = mom.transpose() * q;
-      orthonormalize(p);
-      if (tall) rr.noalias() = mom.transpose() * p;
-      else rr.noalias() = mom * p;
-    }
-    const T keep = T(1 - o.mu);
-    if (tall) mom.noalias() -= keep * p * rr.transpose();
-    else mom.noalias() -= keep * rr * p.transpose();
-    for (Index j = 0; j < r; ++j) q.col(j) = rr.col(j) / column_divisor(rr.col(j).norm(), o);
-    auto d = ws.d.template matrix<order>(m, n);
-    if (tall) d.noalias() = p * q.transpose();
-    else d.noalias() = q * p.transpose();
+    constexpr Layout layout = detail::layout_of_v<UExpr>;
+    const Index m = g.rows(), n = g.cols(), r = Index(st.rank), rows = std::max(m, n), cols = std::min(m, n);
+    auto d = ws.d.template matrix<detail::eigen_order_v<layout>>(m, n);
+    d = g;
+    detail::HostEngine e;
+    run(e, detail::strided(st.momentum.data(), m, n, layout), detail::col_major(st.q.data(), cols, r),
+        detail::col_major(ws.p.data(), rows, r), detail::col_major(ws.r.data(), cols, r),
+        detail::strided(d.data(), m, n, layout), o, ws.f.data());
     sink(d);
   }
 };

@@ -16,12 +16,14 @@
 // (core/optimizer.hpp) calls it from several threads at once only inside a SerialEngineScope.
 
 #include <algorithm>
+#include <type_traits>
 
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/norms.hpp"
 #include "matopt/core/detail/parallel.hpp"
+#include "matopt/core/detail/strided.hpp"
 
 #if defined(MATOPT_USE_BLAS)
 #include <mutex>
@@ -254,11 +256,11 @@ struct HostEngine {
   template <class M>
   using scalar_t = typename M::Scalar;
 
-  template <class M>
+  template <class M, class = typename M::Scalar>
   static auto norm(const M& x) { return robust_norm(x); }
   template <class M>
   static void scale(M& x, typename M::Scalar s) { x *= s; }
-  template <class M>
+  template <class M, class = typename M::Scalar>
   static bool empty(const M& x) { return x.size() == 0; }
   template <class M>
   static void syrk_lower(typename M::Scalar alpha, const M& a, typename M::Scalar beta, M& c) {
@@ -274,7 +276,7 @@ struct HostEngine {
   static void copy_lower(const M& src, M& dst) { detail::copy_lower(src, dst); }
   template <class M>
   static void add_diagonal(M& c, typename M::Scalar v) { c.diagonal().array() += v; }
-  template <class M>
+  template <class M, class = typename M::Scalar>
   static void copy(const M& src, M& dst) { dst = src; }
   /// Turbo-Muon's AOL scaling (ns_algorithm.hpp): d = 1 / sqrt(max(row sums of |A|, eps)) in scratch's first
   /// column; X <- diag(d) X, A <- diag(d) A diag(d).
@@ -387,6 +389,74 @@ struct HostEngine {
   template <class D, class Sink>
   static void scaled(const D& d, typename D::Scalar c, Sink&& sink) {
     sink(d * c);
+  }
+
+  // Views of host memory on any dense strides (Strided): the operations, as the device engines name them, of the
+  // policies written once over views for every engine (DionPowerIteration::run).
+  /// f(x as an Eigen map): a column-major map with x's column stride, or the transpose of one.
+  template <class T, class F>
+  static decltype(auto) as_map(const Strided<T>& x, F&& f) {
+    using Plain = Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, Eigen::Dynamic>;
+    using Map = Eigen::Map<std::conditional_t<std::is_const_v<T>, const Plain, Plain>, 0, Eigen::OuterStride<>>;
+    MATOPT_ASSERT(x.rs == 1 || x.cs == 1);
+    if (x.rs == 1) return f(Map(x.data, x.rows, x.cols, Eigen::OuterStride<>(std::max(x.cs, x.rows))));
+    return f(Map(x.data, x.cols, x.rows, Eigen::OuterStride<>(std::max(x.rs, x.cols))).transpose());
+  }
+  /// out = a x + b y, element-wise.
+  template <class T>
+  static void combine(const Strided<T>& out, T a, const Strided<const T>& x, T b, const Strided<const T>& y) {
+    as_map(out, [&](auto&& o) {
+      as_map(x, [&](const auto& xm) { as_map(y, [&](const auto& ym) { o = a * xm + b * ym; }); });
+    });
+  }
+  /// out = x.
+  template <class T>
+  static void copy(const Strided<const T>& x, const Strided<T>& out) {
+    as_map(out, [&](auto&& o) { as_map(x, [&](const auto& xm) { o = xm; }); });
+  }
+  /// Frobenius norm without overflow or underflow (norms.hpp).
+  template <class T>
+  static std::remove_const_t<T> norm(const Strided<T>& x) {
+    return as_map(x, [](const auto& m) { return robust_norm(m); });
+  }
+  /// C = alpha A B + beta C (beta = 0: C not read): Eigen's product, the operands' transposes folded into it (a
+  /// row-major C as C^T = B^T A^T).
+  template <class T>
+  static void gemm(T alpha, const Strided<T>& a, const Strided<T>& b, T beta, const Strided<T>& c) {
+    if (c.rs != 1) return gemm(alpha, b.t(), a.t(), beta, c.t());
+    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>, 0, Eigen::OuterStride<>> cm(
+        c.data, c.rows, c.cols, Eigen::OuterStride<>(std::max(c.cs, c.rows)));
+    as_map(a, [&](const auto& am) {
+      as_map(b, [&](const auto& bm) {
+        if (beta == T(0)) {
+          cm.noalias() = alpha * am * bm;
+        } else {
+          if (beta != T(1)) cm *= beta;
+          cm.noalias() += alpha * am * bm;
+        }
+      });
+    });
+  }
+  /// The squared norms of D's rows (rows) or columns into f.
+  template <class T>
+  static void line_squared_norms(const Strided<T>& d, bool rows, T* f) {
+    as_map(rows ? d : d.t(), [&](const auto& l) {
+      Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>(f, l.rows()) = l.rowwise().squaredNorm();
+    });
+  }
+  /// Row i (rows) or column i of D times f[i], in place; then sink(D).
+  template <class T, class Sink>
+  static void scale_lines(const Strided<T>& d, bool rows, const T* f, Sink&& sink) {
+    as_map(rows ? d : d.t(), [&](auto&& l) {
+      l.array().colwise() *= Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(f, l.rows()).array();
+    });
+    sink(d);
+  }
+  /// f(X) for the column-major x, in place (a device engine runs f on a host copy).
+  template <class T, class F>
+  static void on_host(const Strided<T>& x, F&& f) {
+    MATOPT_ASSERT(x.rs == 1 && (x.cs == x.rows || x.cols <= 1));
+    f(ColMap<T>(x.data, x.rows, x.cols));
   }
 };
 
