@@ -333,9 +333,14 @@ TEST_CASE_TEMPLATE("host engine on strided views (the operations of policies wri
   using detail::Strided;
   const T tol = std::numeric_limits<T>::epsilon() * 16;
   // A (m x k) and B (k x n) stored column-major or row-major, read as given or as the transpose of a stored k x m /
-  // n x k matrix; C (m x n) in either order, beta 0 (C's NaNs not read) and beta 0.5.
-  const Index m = 5, k = 3, n = 4;
-  for (int mask = 0; mask < 32; ++mask) {
+  // n x k matrix; C (m x n) in either order, beta 0 (C's NaNs not read) and beta 0.5; vectors among the shapes.
+  const std::vector<std::array<Index, 3>> shapes{{5, 3, 4}, {5, 1, 4}, {1, 3, 1}, {4, 3, 1}, {1, 2, 5}};
+  for (std::size_t run = 0; run < 32 * shapes.size(); ++run) {
+    const Index m = shapes[run / 32][0], k = shapes[run / 32][1], n = shapes[run / 32][2];
+    const int mask = int(run % 32);
+    CAPTURE(m);
+    CAPTURE(k);
+    CAPTURE(n);
     CAPTURE(mask);
     const bool a_row = mask & 1, a_t = mask & 2, b_row = mask & 4, b_t = mask & 8, c_row = mask & 16;
     std::vector<T> as(m * k), bs(k * n), cs(m * n);
@@ -363,6 +368,7 @@ TEST_CASE_TEMPLATE("host engine on strided views (the operations of policies wri
     }
   }
   // out = a x + b y, copy, norm, and the squared norms and scaling of rows and columns, across storage orders.
+  const Index m = 5, n = 4;
   std::vector<T> xs(m * n), ys(m * n), outs(m * n);
   for (std::size_t i = 0; i < xs.size(); ++i) {
     xs[i] = T(double(i) - 7.0);
@@ -400,4 +406,13 @@ TEST_CASE_TEMPLATE("host engine on strided views (the operations of policies wri
     for (Index i = 0; i < m; ++i)
       for (Index j = 0; j < n; ++j) CHECK(out(i, j) == x(i, j) * T(rows ? i + 1 : j + 1));
   }
+  // on_host: the function sees the column-major matrix itself, and its writes stay.
+  const Strided<T> cm = detail::col_major(outs.data(), m, n);
+  detail::HostEngine::on_host(cm, [&](auto&& host) {
+    CHECK(host.data() == outs.data());
+    CHECK(host.rows() == m);
+    CHECK(host.cols() == n);
+    host(2, 3) = T(-8);
+  });
+  CHECK(cm(2, 3) == T(-8));
 }

@@ -445,6 +445,7 @@ struct DevicePolicyEngine {
   /// f(X) on a host copy of the column-major x (in the workspace's host buffer), then X copied back into x.
   template <class F>
   void on_host(Strided<T> x, F&& f) {
+    MATOPT_ASSERT(x.rs == 1 && (x.cs == x.rows || x.cols <= 1));
     e.download(static_cast<const T*>(x.data), x.size(), ws.host_u.data());
     f(ws.host_u.matrix(x.rows, x.cols));
     e.upload(static_cast<const T*>(ws.host_u.data()), x.size(), x.data);

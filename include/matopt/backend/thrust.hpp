@@ -30,6 +30,7 @@
 #include <thrust/transform_reduce.h>
 
 #include "matopt/backend/detail/device_scalars.hpp"
+#include "matopt/backend/detail/element_ops.hpp"
 #include "matopt/backend/device_diagnostics.hpp"
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/backend/device_optimizer.hpp"
@@ -80,97 +81,8 @@ struct MomentumRowAt {
   MATOPT_HOST_DEVICE T operator()(Index j) const { return c.u_g * g(i, j) + c.u_v * v(i, j); }
 };
 
-/// Element k of the rows x cols iteration space of `out`, in out's memory order (unit stride innermost).
-template <class T>
-MATOPT_HOST_DEVICE void element_of(const Strided<T>& out, Index k, Index& i, Index& j) {
-  if (out.rs == 1) {
-    i = k % out.rows;
-    j = k / out.rows;
-  } else {
-    i = k / out.cols;
-    j = k % out.cols;
-  }
-}
-
-// Work items of the Thrust engine (functors, so that they compile for every device system).
-template <class T>
-struct CombineOp {  // out = a x + b y
-  Strided<T> out;
-  Strided<const T> x, y;
-  T a, b;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(out, k, i, j);
-    out(i, j) = a * x(i, j) + b * y(i, j);
-  }
-};
-template <class T>
-struct CopyOp {  // out = x
-  Strided<T> out;
-  Strided<const T> x;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(out, k, i, j);
-    out(i, j) = x(i, j);
-  }
-};
-template <class T>
-struct CautiousUpdateOp {  // w = (w d >= 0 ? keep w : w) - step d (cautious weight decay, scaling/static.hpp)
-  Strided<T> w;
-  Strided<const T> d;
-  T keep, step;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(w, k, i, j);
-    const T x = w(i, j), u = d(i, j);
-    w(i, j) = (x * u >= T(0) ? keep * x : x) - step * u;
-  }
-};
-template <class T>
-struct MomentNormalizeOp {  // s = b s + (1 - b) d^2, d = d / (sqrt(s) + eps) (AdaMuon, second_moment.hpp)
-  Strided<T> d, s;
-  T b, eps;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    using std::sqrt;
-    Index i, j;
-    element_of(d, k, i, j);
-    const T x = d(i, j);
-    const T v = b * s(i, j) + (T(1) - b) * (x * x);
-    s(i, j) = v;
-    d(i, j) = x / (sqrt(v) + eps);
-  }
-};
-template <class T>
-struct ScaleOp {
-  Strided<T> x;
-  T s;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(x, k, i, j);
-    x(i, j) *= s;
-  }
-};
-template <class T>
-struct CleanOp {  // out = finite(g) ? g : 0
-  Strided<T> out;
-  Strided<const T> g;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(out, k, i, j);
-    const T v = g(i, j);
-    out(i, j) = finite_value(v) ? v : T(0);
-  }
-};
-template <class T>
-struct SignOp {
-  Strided<T> x;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(x, k, i, j);
-    const T v = x(i, j);
-    x(i, j) = T((v > T(0)) - (v < T(0)));
-  }
-};
+// Work items of the Thrust engine (functors, so that they compile for every device system); the element-wise ones
+// are element_ops.hpp's, shared with the CUDA kernels.
 template <class T>
 struct SquareAt {  // x(k)^2, x(k) / a squared, |x(k)|, finiteness
   Strided<const T> x;
@@ -235,26 +147,6 @@ struct AolFactorOp {  // d[i] = 1 / sqrt(max(sum_j |a(i, j)|, eps)) (Turbo-Muon'
   }
 };
 template <class T>
-struct ScaleBothOp {  // a(i, j) = a(i, j) d[i] d[j]
-  Strided<T> a;
-  const T* d;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(a, k, i, j);
-    a(i, j) = a(i, j) * d[i] * d[j];
-  }
-};
-template <class T>
-struct ScaleRowsOp {  // x(i, j) *= s[i]
-  Strided<T> x;
-  const T* s;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(x, k, i, j);
-    x(i, j) *= s[i];
-  }
-};
-template <class T>
 struct FusedRowOp {  // a whole RowNormalize + Static step for row i (fused_normalize.hpp's formulas)
   Strided<T> w, v;
   Strided<const T> g;
@@ -295,17 +187,6 @@ struct SyrkLowerOp {  // lower(c) = alpha a a^T + beta lower(c)
   }
 };
 template <class T>
-struct TriangleOp {  // mirror: c(i, j) = c(j, i) for i < j; copy_lower: dst(i, j) = src(i, j) for i >= j
-  Strided<const T> src;
-  Strided<T> dst;
-  bool mirror;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    const Index i = k % dst.rows, j = k / dst.rows;
-    if (mirror && i < j) dst(i, j) = src(j, i);
-    if (!mirror && i >= j) dst(i, j) = src(i, j);
-  }
-};
-template <class T>
 struct GemvOp {  // y(i) = alpha sum_j a(i, j) x(j) + beta y(i), one row per item
   Strided<const T> a;
   const T* x;
@@ -334,24 +215,6 @@ struct BilinearAt {  // d(i, j) (u[i] v[j]), the term of u^T D v (as SpectralCap
     return d(i, j) * (u[i] * v[j]);
   }
 };
-template <class T>
-struct Rank1Op {  // d(i, j) += alpha (x[i] y[j])
-  Strided<T> d;
-  const T* x;
-  const T* y;
-  T alpha;
-  MATOPT_HOST_DEVICE void operator()(Index k) const {
-    Index i, j;
-    element_of(d, k, i, j);
-    d(i, j) += alpha * (x[i] * y[j]);
-  }
-};
-template <class T>
-struct AddDiagonalOp {
-  Strided<T> c;
-  T v;
-  MATOPT_HOST_DEVICE void operator()(Index i) const { c(i, i) += v; }
-};
 
 }  // namespace detail
 
@@ -374,17 +237,22 @@ struct ThrustEngine {
   static void each(Index n, F f) {
     if (n > 0) thrust::for_each(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(n), f);
   }
+  /// op(i, j, 0) for each element of out's shape (an operation of element_ops.hpp), one work item each.
+  template <class T, class Op>
+  static void elements(const detail::Strided<T>& out, Op op) {
+    each(out.size(), detail::ElementAt<Op, T>{op, out});
+  }
 
   // Element-wise, on any strides (out's shape is the iteration space).
   /// out = a x + b y, element-wise.
   template <class T>
   void combine(detail::Strided<T> out, T a, detail::Strided<const T> x, T b, detail::Strided<const T> y) {
-    each(out.size(), detail::CombineOp<T>{out, x, y, a, b});
+    elements(out, detail::AxpbyOp<T>{detail::mat(out), detail::mat(x), detail::mat(y), a, b});
   }
   /// out = x, element-wise.
   template <class T>
   void copy(detail::Strided<const T> x, detail::Strided<T> out) {
-    each(out.size(), detail::CopyOp<T>{out, x});
+    elements(out, detail::CopyOp<T>{detail::mat(out), detail::mat(x)});
   }
   /// w = keep w - step d, element-wise.
   template <class T>
@@ -394,27 +262,27 @@ struct ThrustEngine {
   /// x = s x.
   template <class T>
   void scale(detail::Strided<T> x, T s) {
-    each(x.size(), detail::ScaleOp<T>{x, s});
+    elements(x, detail::ScaleOp<T>{detail::mat(x), s});
   }
   /// w = keep w - step d where w d >= 0, w - step d elsewhere (cautious weight decay).
   template <class T>
   void cautious_update(detail::Strided<T> w, T keep, T step, detail::Strided<const T> d) {
-    each(w.size(), detail::CautiousUpdateOp<T>{w, d, keep, step});
+    elements(w, detail::CautiousUpdateOp<T>{detail::mat(w), detail::mat(d), keep, step});
   }
   /// s = b s + (1 - b) d^2, then d = d / (sqrt(s) + eps), element-wise (s and d of one shape, any strides).
   template <class T>
   void moment_normalize(detail::Strided<T> d, detail::Strided<T> s, T b, T eps) {
-    each(d.size(), detail::MomentNormalizeOp<T>{d, s, b, eps});
+    elements(d, detail::MomentNormalizeOp<T>{detail::mat(d), detail::mat(s), b, eps});
   }
   /// out = g with its non-finite entries replaced by 0.
   template <class T>
   void clean(detail::Strided<T> out, detail::Strided<const T> g) {
-    each(out.size(), detail::CleanOp<T>{out, g});
+    elements(out, detail::CleanOp<T>{detail::mat(out), detail::mat(g)});
   }
   /// x = sign(x), element-wise (sign(0) = 0).
   template <class T>
   void sign(detail::Strided<T> x) {
-    each(x.size(), detail::SignOp<T>{x});
+    elements(x, detail::SignOp<T>{detail::mat(x)});
   }
   /// Whether every entry of x is finite (one reduction).
   template <class T>
@@ -454,7 +322,7 @@ struct ThrustEngine {
   /// Multiplies row i of x by s[i] (s in device memory).
   template <class T>
   void scale_rows(detail::Strided<T> x, const T* s) {
-    each(x.size(), detail::ScaleRowsOp<T>{x, s});
+    elements(x, detail::ScaleRowsOp<T>{detail::mat(x), s});
   }
   /// out[i] = ||u_i||^2, the plain sum of squares of each row (columns: pass u.t()).
   template <class T>
@@ -487,17 +355,17 @@ struct ThrustEngine {
   /// Copies C's lower triangle onto its upper one.
   template <class T>
   void mirror_lower(detail::Strided<T>& c) {
-    each(c.size(), detail::TriangleOp<T>{c, c, true});
+    elements(c, detail::MirrorOp<T>{detail::mat(c)});
   }
   /// Copies the lower triangle of src (diagonal included) into dst.
   template <class T>
   void copy_lower(const detail::Strided<T>& src, detail::Strided<T>& dst) {
-    each(dst.size(), detail::TriangleOp<T>{src, dst, false});
+    elements(dst, detail::CopyLowerOp<T>{detail::mat(dst), detail::mat(detail::Strided<const T>(src))});
   }
   /// C = C + v I.
   template <class T>
   void add_diagonal(detail::Strided<T>& c, T v) {
-    each(c.rows, detail::AddDiagonalOp<T>{c, v});
+    elements(detail::col_major(c.data, c.rows, 1), detail::AddDiagonalOp<T>{detail::mat(c), v});
   }
   /// Turbo-Muon's AOL scaling (schedule.hpp): d = 1 / sqrt(max(row sums of |A|, eps)) into scratch's first
   /// column, then X <- diag(d) X and A <- diag(d) A diag(d) (scratch: at least a.rows elements).
@@ -506,7 +374,7 @@ struct ThrustEngine {
     T* d = scratch.data;
     each(a.rows, detail::AolFactorOp<T>{a, d, eps});
     scale_rows(x, static_cast<const T*>(d));
-    each(a.size(), detail::ScaleBothOp<T>{a, d});
+    elements(a, detail::ScaleBothOp<T>{detail::mat(a), d});
   }
   /// dst = src.
   template <class T>
@@ -537,7 +405,7 @@ struct ThrustEngine {
   /// D += alpha x y^T (x: D.rows elements, y: D.cols).
   template <class T>
   void rank1(detail::Strided<T> d, T alpha, const T* x, const T* y) {
-    each(d.size(), detail::Rank1Op<T>{d, x, y, alpha});
+    elements(d, detail::Rank1Op<T>{detail::mat(d), x, y, alpha});
   }
   /// n elements from host memory to device memory, and back (returns when the host copy is complete).
   template <class T>

@@ -178,9 +178,10 @@ struct DionPowerIteration {
     auto d = ws.d.template matrix<detail::eigen_order_v<layout>>(m, n);
     d = g;
     detail::HostEngine e;
+    auto p = ws.p.matrix(rows, r), rr = ws.r.matrix(cols, r);
     run(e, detail::strided(st.momentum.data(), m, n, layout), detail::col_major(st.q.data(), cols, r),
-        detail::col_major(ws.p.data(), rows, r), detail::col_major(ws.r.data(), cols, r),
-        detail::strided(d.data(), m, n, layout), o, ws.f.data());
+        detail::col_major(p.data(), rows, r), detail::col_major(rr.data(), cols, r),
+        detail::strided(d.data(), m, n, layout), o, ws.f.vector(r).data());
     sink(d);
   }
 };

@@ -700,7 +700,7 @@ class Engine {
                              detail::kBlock, 0, stream_>>>(a.data, r, a_stride, count, eps, d, d_stride);
     MATOPT_CUDA_CHECK_LAUNCH("matopt::cuda::detail::aol_factors");
     const T* dc = d;
-    detail::launch_elements(detail::BatchScaleRowsOp<T>{detail::mat(x, x_stride), dc, d_stride},
+    detail::launch_elements(detail::ScaleRowsOp<T>{detail::mat(x, x_stride), dc, d_stride},
                             detail::space_of(x, count), stream_);
     detail::launch_elements(detail::ScaleBothOp<T>{detail::mat(a, a_stride), dc, d_stride}, detail::space_of(a, count),
                             stream_);
@@ -863,7 +863,7 @@ class Engine {
     require(buffer, std::size_t(count * rows * cols) * sizeof(__nv_bfloat16), what);
     __nv_bfloat16* dst = buffer.as<__nv_bfloat16>();
     const Strided<__nv_bfloat16> d = matopt::detail::col_major(dst, rows, cols);
-    detail::launch_elements(detail::CopyOp<T, __nv_bfloat16>{detail::mat(d, rows * cols), src},
+    detail::launch_elements(detail::ToBf16Op<T>{detail::mat(d, rows * cols), src},
                             detail::space_of(d, count), stream_);
     return dst;
   }

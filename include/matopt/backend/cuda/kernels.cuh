@@ -27,6 +27,7 @@
 
 #include "matopt/backend/cuda/errors.cuh"
 #include "matopt/backend/detail/device_scalars.hpp"
+#include "matopt/backend/detail/element_ops.hpp"
 #include "matopt/backend/device_optimizer.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
 
@@ -36,6 +37,22 @@ using matopt::detail::DeviceLimits;
 using matopt::detail::finite_value;
 using matopt::detail::FusedStep;
 using matopt::detail::Strided;
+// The element-wise operations shared with the Thrust engine (backend/detail/element_ops.hpp).
+using matopt::detail::AddDiagonalOp;
+using matopt::detail::AxpbyOp;
+using matopt::detail::CautiousUpdateOp;
+using matopt::detail::CleanOp;
+using matopt::detail::CopyLowerOp;
+using matopt::detail::CopyOp;
+using matopt::detail::Mat;
+using matopt::detail::mat;
+using matopt::detail::MirrorOp;
+using matopt::detail::MomentNormalizeOp;
+using matopt::detail::Rank1Op;
+using matopt::detail::ScaleBothOp;
+using matopt::detail::ScaleOp;
+using matopt::detail::ScaleRowsOp;
+using matopt::detail::SignOp;
 
 inline constexpr int kWarp = 32;
 inline constexpr int kBlock = 256;            ///< threads per block of the element-wise and reduction kernels
@@ -106,18 +123,6 @@ __device__ T group_reduce(T v, Op op, T identity, T* shared) {
 // ---------------------------------------------------------------------------------------------------------
 // Element-wise operations
 
-/// A strided matrix of a batch: element (i, j) of matrix b at data[b * stride + i * rs + j * cs].
-template <class T>
-struct Mat {
-  Strided<T> m;
-  Index stride = 0;
-  __device__ T& operator()(Index i, Index j, Index b) const { return m.data[b * stride + i * m.rs + j * m.cs]; }
-};
-template <class T>
-Mat<T> mat(Strided<T> m, Index stride = 0) {
-  return {m, stride};
-}
-
 /// The iteration space of an element-wise kernel: inner (unit stride of the output) x outer x count.
 struct Space {
   Index inner = 0, outer = 0, count = 1;
@@ -167,28 +172,10 @@ void launch_elements(const Op& op, Space s, cudaStream_t stream) {
 }
 
 template <class T>
-struct AxpbyOp {  // out = a x + b y
-  Mat<T> out;
-  Mat<const T> x, y;
-  T a, b;
-  __device__ void operator()(Index i, Index j, Index k) const { out(i, j, k) = a * x(i, j, k) + b * y(i, j, k); }
-};
-template <class T, class U = T>
-struct CopyOp {  // out = x (converting, e.g. to bf16)
-  Mat<U> out;
+struct ToBf16Op {  // out = x rounded to bf16 (nearest, ties to even)
+  Mat<__nv_bfloat16> out;
   Mat<const T> x;
-  __device__ void operator()(Index i, Index j, Index b) const {
-    if constexpr (std::is_same_v<U, __nv_bfloat16>)
-      out(i, j, b) = __float2bfloat16_rn(x(i, j, b));
-    else
-      out(i, j, b) = x(i, j, b);
-  }
-};
-template <class T>
-struct ScaleOp {
-  Mat<T> x;
-  T s;
-  __device__ void operator()(Index i, Index j, Index b) const { x(i, j, b) *= s; }
+  __device__ void operator()(Index i, Index j, Index b) const { out(i, j, b) = __float2bfloat16_rn(x(i, j, b)); }
 };
 /// x_b *= s.at(b): a per-matrix factor (BatchScalar, batched.cuh).
 template <class T, class S>
@@ -196,96 +183,6 @@ struct BatchScaleOp {
   Mat<T> x;
   S s;
   __device__ void operator()(Index i, Index j, Index b) const { x(i, j, b) *= s.at(b); }
-};
-template <class T>
-struct CleanOp {  // out = finite(g) ? g : 0
-  Mat<T> out;
-  Mat<const T> g;
-  __device__ void operator()(Index i, Index j, Index b) const {
-    const T v = g(i, j, b);
-    out(i, j, b) = finite_value(v) ? v : T(0);
-  }
-};
-template <class T>
-struct SignOp {
-  Mat<T> x;
-  __device__ void operator()(Index i, Index j, Index b) const {
-    const T v = x(i, j, b);
-    x(i, j, b) = T((v > T(0)) - (v < T(0)));
-  }
-};
-template <class T>
-struct CautiousUpdateOp {  // w = (w d >= 0 ? keep w : w) - step d (cautious weight decay, scaling/static.hpp)
-  Mat<T> w;
-  Mat<const T> d;
-  T keep, step;
-  __device__ void operator()(Index i, Index j, Index b) const {
-    const T x = w(i, j, b), u = d(i, j, b);
-    w(i, j, b) = (x * u >= T(0) ? keep * x : x) - step * u;
-  }
-};
-template <class T>
-struct MomentNormalizeOp {  // s = b s + (1 - b) d^2, d = d / (sqrt(s) + eps) (AdaMuon, second_moment.hpp)
-  Mat<T> d, s;
-  T beta, eps;
-  __device__ void operator()(Index i, Index j, Index b) const {
-    const T x = d(i, j, b);
-    const T v = beta * s(i, j, b) + (T(1) - beta) * (x * x);
-    s(i, j, b) = v;
-    d(i, j, b) = x / (sqrt(v) + eps);
-  }
-};
-template <class T>
-struct ScaleBothOp {  // a(i, j) = a(i, j) d[i] d[j], d of matrix b at d + b * stride (Turbo-Muon's AOL)
-  Mat<T> a;
-  const T* d;
-  Index stride;
-  __device__ void operator()(Index i, Index j, Index b) const {
-    const T* db = d + b * stride;
-    a(i, j, b) = a(i, j, b) * db[i] * db[j];
-  }
-};
-template <class T>
-struct BatchScaleRowsOp {  // x(i, j) *= s[i] of matrix b at s + b * stride
-  Mat<T> x;
-  const T* s;
-  Index stride;
-  __device__ void operator()(Index i, Index j, Index b) const { x(i, j, b) *= s[b * stride + i]; }
-};
-template <class T>
-struct ScaleRowsOp {  // x(i, j) *= s[i]
-  Mat<T> x;
-  const T* s;
-  __device__ void operator()(Index i, Index j, Index b) const { x(i, j, b) *= s[i]; }
-};
-template <class T>
-struct Rank1Op {  // d(i, j) += alpha (x[i] y[j])
-  Mat<T> d;
-  const T* x;
-  const T* y;
-  T alpha;
-  __device__ void operator()(Index i, Index j, Index b) const { d(i, j, b) += alpha * (x[i] * y[j]); }
-};
-template <class T>
-struct CopyLowerOp {  // dst(i, j) = src(i, j) for i >= j
-  Mat<T> dst;
-  Mat<const T> src;
-  __device__ void operator()(Index i, Index j, Index b) const {
-    if (i >= j) dst(i, j, b) = src(i, j, b);
-  }
-};
-template <class T>
-struct MirrorOp {  // c(i, j) = c(j, i) for i < j (any strides; the tiled kernel below is for column-major)
-  Mat<T> c;
-  __device__ void operator()(Index i, Index j, Index b) const {
-    if (i < j) c(i, j, b) = c(j, i, b);
-  }
-};
-template <class T>
-struct AddDiagonalOp {  // c(i, i) += v; the space is (n, 1, count)
-  Mat<T> c;
-  T v;
-  __device__ void operator()(Index i, Index, Index b) const { c(i, i, b) += v; }
 };
 /// The update sweep of the two-pass fused step (the scales are known).
 template <class T>

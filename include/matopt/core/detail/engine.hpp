@@ -404,14 +404,14 @@ struct HostEngine {
   }
   /// out = a x + b y, element-wise.
   template <class T>
-  static void combine(const Strided<T>& out, T a, const Strided<const T>& x, T b, const Strided<const T>& y) {
+  static void combine(const Strided<T>& out, NotDeduced<T> a, ConstView<T> x, NotDeduced<T> b, ConstView<T> y) {
     as_map(out, [&](auto&& o) {
       as_map(x, [&](const auto& xm) { as_map(y, [&](const auto& ym) { o = a * xm + b * ym; }); });
     });
   }
   /// out = x.
   template <class T>
-  static void copy(const Strided<const T>& x, const Strided<T>& out) {
+  static void copy(ConstView<T> x, const Strided<T>& out) {
     as_map(out, [&](auto&& o) { as_map(x, [&](const auto& xm) { o = xm; }); });
   }
   /// Frobenius norm without overflow or underflow (norms.hpp).
@@ -419,11 +419,11 @@ struct HostEngine {
   static std::remove_const_t<T> norm(const Strided<T>& x) {
     return as_map(x, [](const auto& m) { return robust_norm(m); });
   }
-  /// C = alpha A B + beta C (beta = 0: C not read): Eigen's product, the operands' transposes folded into it (a
-  /// row-major C as C^T = B^T A^T).
+  /// C = alpha A B + beta C (beta = 0: C not read; C overlaps neither A nor B): Eigen's product, the operands'
+  /// transposes folded into it (a row-major C as C^T = B^T A^T).
   template <class T>
-  static void gemm(T alpha, const Strided<T>& a, const Strided<T>& b, T beta, const Strided<T>& c) {
-    if (c.rs != 1) return gemm(alpha, b.t(), a.t(), beta, c.t());
+  static void gemm(NotDeduced<T> alpha, ConstView<T> a, ConstView<T> b, NotDeduced<T> beta, const Strided<T>& c) {
+    if (c.rs != 1) return gemm<T>(alpha, b.t(), a.t(), beta, c.t());
     Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>, 0, Eigen::OuterStride<>> cm(
         c.data, c.rows, c.cols, Eigen::OuterStride<>(std::max(c.cs, c.rows)));
     as_map(a, [&](const auto& am) {

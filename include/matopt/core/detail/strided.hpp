@@ -21,12 +21,19 @@ struct Strided {
   MATOPT_HOST_DEVICE T& operator()(Index i, Index j) const { return data[i * rs + j * cs]; }
   MATOPT_HOST_DEVICE Index size() const { return rows * cols; }
   /// The transpose (a view of the same memory).
-  Strided t() const { return {data, cols, rows, cs, rs}; }
+  MATOPT_HOST_DEVICE Strided t() const { return {data, cols, rows, cs, rs}; }
   template <class U = T, class = std::enable_if_t<!std::is_const_v<U>>>
-  operator Strided<const U>() const {
+  MATOPT_HOST_DEVICE operator Strided<const U>() const {
     return {data, rows, cols, rs, cs};
   }
 };
+
+/// T in a parameter from which T is not deduced (a scalar that converts to the matrices' T).
+template <class T>
+using NotDeduced = typename std::enable_if<true, T>::type;
+/// Strided<const T> where T is not deduced: a parameter that a Strided<T> argument converts to.
+template <class T>
+using ConstView = NotDeduced<Strided<const T>>;
 
 template <class T>
 Strided<T> col_major(T* data, Index rows, Index cols) {
