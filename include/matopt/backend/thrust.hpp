@@ -29,41 +29,44 @@
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform_reduce.h>
 
-#include "matopt/backend/detail/device_scalars.hpp"
 #include "matopt/backend/detail/element_ops.hpp"
 #include "matopt/backend/device_diagnostics.hpp"
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/backend/device_optimizer.hpp"
 #include "matopt/config.hpp"
+#include "matopt/core/detail/norm_rule.hpp"
 
 namespace matopt {
 
 namespace detail {
 
 /// The Euclidean norm of the `len` elements at(0), ..., at(len - 1) without overflow or underflow
-/// (core/detail/norms.hpp's rule: the plain sum of squares, recomputed as a * ||x / a|| only when it leaves the
-/// normal range). at(k) reads an element or computes it (the fused step's u = u_g g + u_v v), in the same order
-/// in every pass.
+/// (core/detail/norm_rule.hpp's rule, in sequential loops). at(k) reads an element or computes it (the fused
+/// step's u = u_g g + u_v v), in the same order in every pass.
 template <class T, class At>
 MATOPT_HOST_DEVICE T line_norm(Index len, const At& at) {
   using std::fabs;
   using std::fmax;
-  using std::sqrt;
   T sumsq = T(0);
   for (Index k = 0; k < len; ++k) {
     const T x = at(k);
     sumsq += x * x;
   }
-  if ((sumsq >= DeviceLimits<T>::min() && sumsq <= DeviceLimits<T>::max()) || sumsq != sumsq) return sqrt(sumsq);
-  T a = T(0);
-  for (Index k = 0; k < len; ++k) a = fmax(a, fabs(at(k)));
-  if (!(a > T(0)) || !finite_value(a)) return a;
-  T scaled = T(0);
-  for (Index k = 0; k < len; ++k) {
-    const T x = at(k) / a;
-    scaled += x * x;
-  }
-  return a * sqrt(scaled);
+  return rescaled(
+      sumsq,
+      [&] {
+        T a = T(0);
+        for (Index k = 0; k < len; ++k) a = fmax(a, fabs(at(k)));
+        return a;
+      },
+      [&](T a) {
+        T scaled = T(0);
+        for (Index k = 0; k < len; ++k) {
+          const T x = at(k) / a;
+          scaled += x * x;
+        }
+        return scaled;
+      });
 }
 /// Row i of u, for line_norm.
 template <class T>
@@ -84,13 +87,13 @@ struct MomentumRowAt {
 // Work items of the Thrust engine (functors, so that they compile for every device system); the element-wise ones
 // are element_ops.hpp's, shared with the CUDA kernels.
 template <class T>
-struct SquareAt {  // x(k)^2, x(k) / a squared, |x(k)|, finiteness
+struct SquareAt {  // x(k)^2, or (x(k) / a)^2 for a divisor a != 0; |x(k)|; finiteness
   Strided<const T> x;
-  T inv_a;
+  T a = T(0);
   MATOPT_HOST_DEVICE T operator()(Index k) const {
     Index i, j;
     element_of(x, k, i, j);
-    const T v = x(i, j) * inv_a;
+    const T v = a == T(0) ? x(i, j) : x(i, j) / a;
     return v * v;
   }
 };
@@ -291,17 +294,15 @@ struct ThrustEngine {
     return thrust::transform_reduce(thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(x.size()),
                                     detail::FiniteAt<T>{x}, true, thrust::logical_and<bool>());
   }
-  /// Frobenius norm without overflow or underflow (core/detail/norms.hpp's rule).
+  /// Frobenius norm without overflow or underflow (core/detail/norm_rule.hpp's rule, as Thrust reductions).
   template <class T>
   T norm(detail::Strided<const T> x) {
     if (x.size() == 0) return T(0);
     const auto first = thrust::counting_iterator<Index>(0), last = first + x.size();
-    const T sumsq = thrust::transform_reduce(first, last, detail::SquareAt<T>{x, T(1)}, T(0), thrust::plus<T>());
-    if (detail::normal_sumsq(sumsq) || std::isnan(sumsq)) return std::sqrt(sumsq);
-    const T a = thrust::transform_reduce(first, last, detail::AbsAt<T>{x}, T(0), thrust::maximum<T>());
-    if (!(a > T(0)) || !std::isfinite(a)) return a;
-    return a * std::sqrt(thrust::transform_reduce(first, last, detail::SquareAt<T>{x, T(1) / a}, T(0),
-                                                  thrust::plus<T>()));
+    return detail::rescaled(
+        thrust::transform_reduce(first, last, detail::SquareAt<T>{x}, T(0), thrust::plus<T>()),
+        [&] { return thrust::transform_reduce(first, last, detail::AbsAt<T>{x}, T(0), thrust::maximum<T>()); },
+        [&](T a) { return thrust::transform_reduce(first, last, detail::SquareAt<T>{x, a}, T(0), thrust::plus<T>()); });
   }
   /// The norm of a mutable handle (the same as the const overload).
   template <class T>

@@ -26,15 +26,16 @@
 #include <cuda_runtime.h>
 
 #include "matopt/backend/cuda/errors.cuh"
-#include "matopt/backend/detail/device_scalars.hpp"
 #include "matopt/backend/detail/element_ops.hpp"
 #include "matopt/backend/device_optimizer.hpp"
+#include "matopt/core/detail/norm_rule.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
 
 namespace matopt::cuda::detail {
 
-using matopt::detail::DeviceLimits;
 using matopt::detail::finite_value;
+using matopt::detail::normal_sumsq;
+using matopt::detail::rescaled;
 using matopt::detail::FusedStep;
 using matopt::detail::Strided;
 // The element-wise operations shared with the Thrust engine (backend/detail/element_ops.hpp).
@@ -70,12 +71,6 @@ __device__ inline float add_rn(float a, float b) { return __fadd_rn(a, b); }
 __device__ inline double add_rn(double a, double b) { return __dadd_rn(a, b); }
 __device__ inline float div_rn(float a, float b) { return __fdiv_rn(a, b); }
 __device__ inline double div_rn(double a, double b) { return __ddiv_rn(a, b); }
-
-/// The sum of squares gives the accurate norm (normal and finite), as matopt::detail::normal_sumsq.
-template <class T>
-__device__ bool normal_sumsq_device(T s) {
-  return s >= DeviceLimits<T>::min() && s <= DeviceLimits<T>::max();
-}
 
 struct SumOp {
   template <class T>
@@ -283,7 +278,7 @@ __global__ void __launch_bounds__(kBlock)
     m = block_reduce(m, MaxOp{}, T(0), shared);
     if (threadIdx.x == 0) {
       T n = sqrt(s), a = T(0);
-      if (!(normal_sumsq_device(s) || s != s)) {
+      if (!(normal_sumsq(s) || s != s)) {
         if (m > T(0) && finite_value(m))
           a = m;
         else
@@ -435,7 +430,7 @@ struct MomentumRows {
   __device__ T operator()(Index i, Index j) const { return u_g * g(i, j) + u_v * v(i, j); }
 };
 
-/// ||U_i|| over the TPR threads of a group, core/detail/norms.hpp's rule (the rescaled passes re-read the row).
+/// ||U_i|| over the TPR threads of a group, core/detail/norm_rule.hpp's rule (the rescaled passes re-read the row).
 template <int TPR, class T, class Src>
 __device__ T group_row_norm(const Src& src, Index i, Index len, int lane, T* shared) {
   T s = T(0);
@@ -443,18 +438,21 @@ __device__ T group_row_norm(const Src& src, Index i, Index len, int lane, T* sha
     const T u = src(i, j);
     s += u * u;
   }
-  s = group_reduce<TPR>(s, SumOp{}, T(0), shared);
-  if (normal_sumsq_device(s) || s != s) return sqrt(s);
-  T a = T(0);
-  for (Index j = lane; j < len; j += TPR) a = fmax(a, fabs(src(i, j)));
-  a = group_reduce<TPR>(a, MaxOp{}, T(0), shared);
-  if (!(a > T(0)) || !finite_value(a)) return a;
-  T t = T(0);
-  for (Index j = lane; j < len; j += TPR) {
-    const T u = src(i, j) / a;
-    t += u * u;
-  }
-  return a * sqrt(group_reduce<TPR>(t, SumOp{}, T(0), shared));
+  return rescaled(
+      group_reduce<TPR>(s, SumOp{}, T(0), shared),
+      [&] {
+        T a = T(0);
+        for (Index j = lane; j < len; j += TPR) a = fmax(a, fabs(src(i, j)));
+        return group_reduce<TPR>(a, MaxOp{}, T(0), shared);
+      },
+      [&](T a) {
+        T t = T(0);
+        for (Index j = lane; j < len; j += TPR) {
+          const T u = src(i, j) / a;
+          t += u * u;
+        }
+        return group_reduce<TPR>(t, SumOp{}, T(0), shared);
+      });
 }
 
 /// Threads per block of a row kernel with TPR threads per row: 8 warps (8 rows) for TPR = 32, else TPR.
@@ -512,38 +510,36 @@ __global__ void __launch_bounds__(row_block_threads<TPR>)
         s += u * u;
       }
     }
-    s = group_reduce<TPR>(s, SumOp{}, T(0), shared);
-    T norm = sqrt(s);
-    if (!(normal_sumsq_device(s) || s != s)) {  // left the normal range (rare): a * ||U_i / a||
-      T a = T(0);
-      if constexpr (CACHE > 0) {
+    const T norm = rescaled(  // the rescaled passes only where the sum left the normal range (rare)
+        group_reduce<TPR>(s, SumOp{}, T(0), shared),
+        [&] {
+          T a = T(0);
+          if constexpr (CACHE > 0) {
 #pragma unroll
-        for (int c = 0; c < CACHE; ++c)
-          if (lane + Index(c) * TPR < len) a = fmax(a, fabs(f.c.u_g * gc[c] + f.c.u_v * vc[c]));
-      } else {
-        for (Index j = lane; j < len; j += TPR) a = fmax(a, fabs(f.c.u_g * gr[j] + f.c.u_v * vr[j]));
-      }
-      a = group_reduce<TPR>(a, MaxOp{}, T(0), shared);
-      if (a > T(0) && finite_value(a)) {
-        T t = T(0);
-        if constexpr (CACHE > 0) {
+            for (int c = 0; c < CACHE; ++c)
+              if (lane + Index(c) * TPR < len) a = fmax(a, fabs(f.c.u_g * gc[c] + f.c.u_v * vc[c]));
+          } else {
+            for (Index j = lane; j < len; j += TPR) a = fmax(a, fabs(f.c.u_g * gr[j] + f.c.u_v * vr[j]));
+          }
+          return group_reduce<TPR>(a, MaxOp{}, T(0), shared);
+        },
+        [&](T a) {
+          T t = T(0);
+          if constexpr (CACHE > 0) {
 #pragma unroll
-          for (int c = 0; c < CACHE; ++c)
-            if (lane + Index(c) * TPR < len) {
-              const T u = (f.c.u_g * gc[c] + f.c.u_v * vc[c]) / a;
+            for (int c = 0; c < CACHE; ++c)
+              if (lane + Index(c) * TPR < len) {
+                const T u = (f.c.u_g * gc[c] + f.c.u_v * vc[c]) / a;
+                t += u * u;
+              }
+          } else {
+            for (Index j = lane; j < len; j += TPR) {
+              const T u = (f.c.u_g * gr[j] + f.c.u_v * vr[j]) / a;
               t += u * u;
             }
-        } else {
-          for (Index j = lane; j < len; j += TPR) {
-            const T u = (f.c.u_g * gr[j] + f.c.u_v * vr[j]) / a;
-            t += u * u;
           }
-        }
-        norm = a * sqrt(group_reduce<TPR>(t, SumOp{}, T(0), shared));
-      } else {
-        norm = a;
-      }
-    }
+          return group_reduce<TPR>(t, SumOp{}, T(0), shared);
+        });
     const T scale = f.step / (norm > f.eps ? norm : f.eps);
     if constexpr (CACHE > 0) {
 #pragma unroll
@@ -614,21 +610,21 @@ __global__ void __launch_bounds__(kBlock)
   for (Index i = Index(blockIdx.x) * blockDim.x + threadIdx.x; i < rows; i += Index(gridDim.x) * blockDim.x) {
     T s = T(0);
     for (Index c = 0; c < chunks; ++c) s += partial[c * rows + i];
-    T norm = sqrt(s);
-    if (!(normal_sumsq_device(s) || s != s)) {
-      T a = T(0);
-      for (Index j = 0; j < cols; ++j) a = fmax(a, fabs(src(i, j)));
-      if (a > T(0) && finite_value(a)) {
-        T t = T(0);
-        for (Index j = 0; j < cols; ++j) {
-          const T u = src(i, j) / a;
-          t += u * u;
-        }
-        norm = a * sqrt(t);
-      } else {
-        norm = a;
-      }
-    }
+    const T norm = rescaled(
+        s,
+        [&] {
+          T a = T(0);
+          for (Index j = 0; j < cols; ++j) a = fmax(a, fabs(src(i, j)));
+          return a;
+        },
+        [&](T a) {
+          T t = T(0);
+          for (Index j = 0; j < cols; ++j) {
+            const T u = src(i, j) / a;
+            t += u * u;
+          }
+          return t;
+        });
     out[i] = numerator / (norm > eps ? norm : eps);
   }
 }

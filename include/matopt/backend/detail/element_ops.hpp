@@ -10,8 +10,8 @@
 
 #include <cmath>
 
-#include "matopt/backend/detail/device_scalars.hpp"
 #include "matopt/config.hpp"
+#include "matopt/core/detail/norm_rule.hpp"
 #include "matopt/core/detail/strided.hpp"
 
 namespace matopt::detail {
