@@ -10,10 +10,14 @@
 //
 // Cases: ExactPolar (and Adaptive switching to it) against the host; checkpoints moved between the host and
 // device optimizers, both ways, and rejected (state unchanged) when corrupted or for another layout; the
-// spectral diagnostics of device matrices against the host's; telemetry against the host's reports.
+// spectral diagnostics of device matrices against the host's; telemetry against the host's reports; the engine's
+// matrix norm at magnitudes whose squares overflow or underflow.
 
+#include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -124,6 +128,39 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": checkpoints move between the host and devic
   CHECK_THROWS_WITH_AS(load_checkpoint(again, dev, other), doctest::Contains("layout"), CheckpointError);
   CHECK(other[0].steps == 0);
   CHECK(test::cases::host_copy(other[0].momentum) == std::vector<T>(std::size_t(m * n), T(0)));
+}
+
+TEST_CASE_TEMPLATE(MATOPT_BACKEND ": the engine's matrix norm neither overflows nor underflows (tiny, huge, zero, "
+                   "inf, NaN)", T, float, double) {
+  using namespace matopt;
+  typename test::Backend::Engine engine;
+  // Squares of `tiny` underflow and of `huge` overflow: the rescaled passes, against the norm in double of the values
+  // the device holds (scaled by the magnitude, so that double neither overflows nor underflows either).
+  const double tiny = std::is_same_v<T, float> ? 1e-30 : 1e-200, huge = std::is_same_v<T, float> ? 1e30 : 1e200;
+  const double tol = std::is_same_v<T, float> ? 1e-6 : 1e-14;
+  for (const Layout layout : {Layout::RowMajor, Layout::ColMajor})
+    for (const double magnitude : {tiny, huge, 1.0, 0.0}) {
+      CAPTURE(int(layout));
+      CAPTURE(magnitude);
+      Eigen::MatrixXd x = test::randn(7, 33, 6) * magnitude;
+      const DeviceMatrix<T> dx = test::detail::device_copy<T>(x, layout);
+      const Eigen::MatrixXd held = x.cast<T>().template cast<double>();
+      const double want = magnitude == 0.0 ? 0.0 : magnitude * (held / magnitude).norm();
+      const double got = double(engine.norm(detail::strided(dx.view())));
+      if (magnitude == 0.0)
+        CHECK(got == 0.0);
+      else
+        CHECK(std::abs(got - want) <= tol * want);
+      for (const double bad : {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+        CAPTURE(bad);
+        x(2, 3) = bad;
+        const double norm = double(engine.norm(detail::strided(test::detail::device_copy<T>(x, layout).view())));
+        if (std::isnan(bad))
+          CHECK(std::isnan(norm));
+        else
+          CHECK(norm == bad);
+      }
+    }
 }
 
 TEST_CASE_TEMPLATE(MATOPT_BACKEND ": spectral diagnostics of a device matrix equal the host's", T, float, double) {

@@ -352,27 +352,6 @@ struct DevicePreconditioner<Adaptive<Cheap, Exact>> {
   }
 };
 
-/// NuclearScaled<Inner> (PolarGrad, nuclear_scaled.hpp): D = Inner(U), nu = sum(U . D), D' = nu D. U is formed
-/// again into ws.u2, laid out as D (which Inner returns dense), so nu is a plain dot product of m n elements.
-template <class Inner>
-struct DevicePreconditioner<NuclearScaled<Inner>> {
-  using Options = typename NuclearScaled<Inner>::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    DevicePreconditioner<Inner>::reserve(ws, o, m, n);
-    grow(ws.u2, m * n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
-                          FormU&& form_u) {
-    const Strided<T> d = DevicePreconditioner<Inner>::apply(e, ws, o, m, n, layout, form_u);
-    const Strided<T> u = laid_out_as(raw(ws.u2), d);
-    form_u(u);
-    e.scale(d, e.dot(static_cast<const T*>(u.data), static_cast<const T*>(d.data), m * n));
-    return d;
-  }
-};
-
 /// A power iteration's vectors in device memory (SpectralCap's power_iteration interface): u (w.rows elements) and v
 /// (w.cols) in the workspace, v uploaded from the host State's and both stored back into it after the iteration.
 template <class T, class Engine>
@@ -487,6 +466,11 @@ struct DevicePolicyEngine {
     e.moment_normalize(d, strided(s, d.rows, d.cols, layout), b, eps);
     sink(d);
   }
+  /// tr(D^T U) = sum(U . D) for U laid out as D.
+  T dot(Strided<const T> u, Strided<const T> d) {
+    MATOPT_ASSERT(u.rows == d.rows && u.cols == d.cols && u.rs == d.rs && u.cs == d.cs);
+    return e.dot(u.data, d.data, d.size());
+  }
   /// D <- c D; then sink(D).
   template <class Sink>
   void scaled(Strided<T> d, T c, Sink&& sink) {
@@ -547,6 +531,29 @@ struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
       return e.norm(Strided<const T>(u));
     });
     Moment::template apply<T>(pe, d, o.moment, s, ws.host_lines.data(), g_norm, u_norm, [](const Strided<T>&) {});
+  }
+};
+
+/// NuclearScaled<Inner> (PolarGrad, nuclear_scaled.hpp): D = Inner(U), then the policy's own scale_by_trace with
+/// DevicePolicyEngine's operations. U is formed again into ws.u2, laid out as D (which Inner returns dense), so
+/// tr(D^T U) is a plain dot product of m n elements.
+template <class Inner>
+struct DevicePreconditioner<NuclearScaled<Inner>> {
+  using Options = typename NuclearScaled<Inner>::Options;
+  template <class T>
+  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
+    DevicePreconditioner<Inner>::reserve(ws, o, m, n);
+    grow(ws.u2, m * n);
+  }
+  template <class T, class Engine, class FormU>
+  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
+                          FormU&& form_u) {
+    const Strided<T> d = DevicePreconditioner<Inner>::apply(e, ws, o, m, n, layout, form_u);
+    const Strided<T> u = laid_out_as(raw(ws.u2), d);
+    form_u(u);
+    DevicePolicyEngine<T, Engine> pe{e, ws, layout};
+    NuclearScaled<Inner>::scale_by_trace(pe, Strided<const T>(u), d, [](const Strided<T>&) {});
+    return d;
   }
 };
 

@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "matopt/config.hpp"
+#include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/traits.hpp"
 
 namespace matopt {
@@ -46,14 +47,21 @@ struct NuclearScaled {
     Inner::describe(o, d);
   }
 
+  /// sink(nu D) with nu = tr(D^T U), written once with the engine's operations (e.dot, e.scaled): the host engine on
+  /// Eigen expressions here, a device engine in DeviceOptimizer.
+  template <class E, class UM, class DM, class Sink>
+  static void scale_by_trace(E& e, const UM& u, const DM& d, Sink&& sink) {
+    e.scaled(d, e.dot(u, d), sink);
+  }
+
   /// Calls sink(nu D) with D = Inner(U). U is read again after Inner: it must be the momentum's expression
   /// (Optimizer's), not a buffer Inner overwrites.
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
     static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::NuclearScaled: Inner must keep no state of its own");
     Inner::template apply<T>(u, o, ws, [&](const auto& d) {
-      const T nu = (u.array() * d.array()).sum();
-      sink(d * nu);
+      detail::HostEngine e;
+      scale_by_trace(e, u, d, sink);
     });
   }
 };

@@ -390,6 +390,11 @@ struct HostEngine {
   static void scaled(const D& d, typename D::Scalar c, Sink&& sink) {
     sink(d * c);
   }
+  /// tr(D^T U) = sum(U . D), one coefficient-wise pass.
+  template <class U, class D>
+  static typename D::Scalar dot(const U& u, const D& d) {
+    return (u.array() * d.array()).sum();
+  }
 
   // Views of host memory on any dense strides (Strided): the operations, as the device engines name them, of the
   // policies written once over views for every engine (DionPowerIteration::run).
