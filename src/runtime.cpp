@@ -9,10 +9,11 @@
 #ifndef MATOPT_RUNTIME_COMPILED
 #error "src/runtime.cpp is built by the matopt::runtime target, which defines MATOPT_RUNTIME_COMPILED"
 #endif
-#include "matopt/facade/any_optimizer.hpp"
+#include "matopt/facade/detail/factory.hpp"
 #include "matopt/hybrid/hybrid_optimizer.hpp"
 
 namespace matopt {
+const std::string optimizer_names = detail::preset_names();
 template class AnyOptimizer<float>;
 template class AnyOptimizer<double>;
 template AnyOptimizer<float> make_optimizer<float>(std::string_view, const Config&);

@@ -10,7 +10,7 @@
 #ifndef MATOPT_RUNTIME_COMPILED
 #error "src/runtime_*.cpp are built by the matopt::runtime target, which defines MATOPT_RUNTIME_COMPILED"
 #endif
-#include "matopt/facade/any_optimizer.hpp"
+#include "matopt/facade/detail/factory.hpp"
 
 // Parts this file does not compile expand to nothing.
 #ifndef MATOPT_RUNTIME_PART_newton_schulz_float

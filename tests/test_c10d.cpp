@@ -11,6 +11,7 @@
 #include <matopt/integration/c10d.hpp>
 #include <matopt/integration/c10d.hpp>
 #include <matopt/integration/libtorch.hpp>
+#include <matopt/presets.hpp>
 
 #include <sys/types.h>
 #include <sys/wait.h>

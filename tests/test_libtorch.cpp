@@ -17,6 +17,7 @@
 // libtorch include paths).
 #include <matopt/integration/libtorch.hpp>
 #include <matopt/integration/libtorch.hpp>
+#include <matopt/presets.hpp>
 
 #include <torch/optim/schedulers/step_lr.h>
 #include <torch/torch.h>

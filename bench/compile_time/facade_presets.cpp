@@ -9,6 +9,11 @@
 #include <matopt/facade/any_optimizer.hpp>
 #include <matopt/hybrid/hybrid_optimizer.hpp>
 
+// Linked with matopt::runtime, these headers parse none of the presets (facade/detail/factory.hpp is compiled there).
+#if defined(MATOPT_RUNTIME_COMPILED) && (defined(MATOPT_MATRIX_PRESETS) || defined(MATOPT_ELEMENTWISE_PRESETS))
+#error "with matopt::runtime, the facade and hybrid headers must not include the presets"
+#endif
+
 template <class T>
 int run() {
   const char* names[] = {"muon",      "moonlight_muon", "rmnp", "colnorm", "orscale", "normuon", "adamuon", "namo",

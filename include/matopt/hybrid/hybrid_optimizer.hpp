@@ -21,7 +21,6 @@
 #include <utility>
 #include <vector>
 
-#include "matopt/adamw.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
@@ -40,11 +39,9 @@ enum class Role { Auto, Hidden, Vector, Embedding, Head };
 enum class Route { Matrix, AdamW };
 
 namespace detail {
-/// The hybrid container's default AdamW (a function, so that matopt::runtime can compile it once).
+/// The hybrid container's default AdamW (facade/detail/factory.hpp, or compiled once in matopt::runtime).
 template <class T>
-AnyOptimizer<T> default_adamw() {
-  return AnyOptimizer<T>(AdamW<T>{});
-}
+AnyOptimizer<T> default_adamw();
 }  // namespace detail
 
 /// A model's optimizer: routes each parameter (added by name, with its Role) to the matrix optimizer or to AdamW

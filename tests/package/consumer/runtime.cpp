@@ -9,6 +9,10 @@
 #if !defined(MATOPT_RUNTIME_COMPILED)
 #error "linking matopt::runtime must define MATOPT_RUNTIME_COMPILED"
 #endif
+// Linked with the runtime, the facade header parses none of the presets: they are compiled in the library.
+#if defined(MATOPT_MATRIX_PRESETS) || defined(MATOPT_ELEMENTWISE_PRESETS)
+#error "with matopt::runtime, <matopt/facade/any_optimizer.hpp> must not include the presets"
+#endif
 
 int main() {
   for (const char* name : {"muon", "moonlight_muon", "rmnp", "colnorm", "orscale", "adamw"}) {
@@ -24,6 +28,10 @@ int main() {
       std::printf("%s: step from W = 0 gave ||W||^2 = %g\n", name, norm);
       return 1;
     }
+  }
+  if (matopt::optimizer_names.rfind("muon, ", 0) != 0) {  // defined once, in the library
+    std::printf("optimizer_names = '%s'\n", matopt::optimizer_names.c_str());
+    return 1;
   }
   std::printf("matopt::runtime consumer OK\n");
   return 0;
