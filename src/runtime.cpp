@@ -13,7 +13,7 @@
 #include "matopt/hybrid/hybrid_optimizer.hpp"
 
 namespace matopt {
-const std::string optimizer_names = detail::preset_names();
+std::string detail::compiled_preset_names() { return preset_names(); }
 template class AnyOptimizer<float>;
 template class AnyOptimizer<double>;
 template AnyOptimizer<float> make_optimizer<float>(std::string_view, const Config&);

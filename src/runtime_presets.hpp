@@ -39,7 +39,7 @@
 #endif
 
 namespace matopt {
-// A matrix preset: its facade model and its steps (presets.hpp declares both extern for the including files).
+// A matrix preset: its facade model and its steps (factory.hpp and presets.hpp declare them extern elsewhere).
 #define MATOPT_INSTANTIATE_MATRIX(Preset, facade_name, lr, weight_decay, part)                                     \
   MATOPT_RUNTIME_PART_##part##_float(template AnyOptimizer<float> detail::configured<Preset<float>>(const Config&); \
                                      MATOPT_PRESET_STEPS(, Preset, float))                                         \

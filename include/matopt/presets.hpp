@@ -39,7 +39,7 @@ namespace matopt {
 
 /// The preset table: one row per matrix preset, X(Alias, facade name, lr, weight decay, runtime part). Everything
 /// that lists presets comes from it: the defaults (defaults::Alias, name "matopt::Alias"), make_optimizer's names
-/// (facade/any_optimizer.hpp; "muon?ns_steps=auto": the row built for muon when ns_steps is auto, before muon's own),
+/// (facade/detail/factory.hpp; "muon?ns_steps=auto": the row built for muon when ns_steps is auto, before muon's own),
 /// optimizer_names, and the steps and facade models matopt::runtime compiles (the part: which of its
 /// `src/runtime_<part>.cpp` files compiles the row; parts split the library's build). The sharding cost is the
 /// preconditioner's own `cost(m, n)`. Adding a preset: its alias below and one row here.

@@ -10,7 +10,6 @@
 //   auto state = opt.make_state(view_w);
 //   opt.step(view_w, view_g, state);
 
-#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -351,8 +350,15 @@ class AnyOptimizer {
 };
 
 /// The preset names make_optimizer knows, from the preset table (presets.hpp) in its order: "muon, moonlight_muon,
-/// rmnp, ...". Defined in facade/detail/factory.hpp, or with matopt::runtime in the library.
+/// rmnp, ...". An inline variable, defined in facade/detail/factory.hpp or, with matopt::runtime, below.
 extern const std::string optimizer_names;
+#if defined(MATOPT_RUNTIME_COMPILED)
+namespace detail {
+/// The preset table's names (detail::preset_names), compiled in matopt::runtime (src/runtime.cpp).
+std::string compiled_preset_names();
+}  // namespace detail
+inline const std::string optimizer_names = detail::compiled_preset_names();
+#endif
 
 /// Builds a preset by name (optimizer_names) with key/value options (keys: each preset's option_keys()).
 /// Throws std::invalid_argument for an unknown name, key or a bad value.

@@ -77,7 +77,7 @@ inline std::string preset_names() {
 }
 }  // namespace detail
 
-#if !defined(MATOPT_RUNTIME_COMPILED)  // else defined once, in src/runtime.cpp
+#if !defined(MATOPT_RUNTIME_COMPILED)  // else in facade/any_optimizer.hpp, from the library
 inline const std::string optimizer_names = detail::preset_names();
 #endif
 
