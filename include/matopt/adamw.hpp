@@ -82,18 +82,26 @@ struct AdamW {
     d("eps", o.eps, checks::Positive{}, "AdamW's epsilon");
   }
 
+  /// The update, written once: w, g, m, v are Eigen arrays (the host's update) or one element each (a device's
+  /// pass, backend/device_adamw.hpp); `decay`: lambda != 0.
+  MATOPT_EXEC_CHECK_DISABLE
+  template <class W, class G, class M, class V, class T>
+  MATOPT_HOST_DEVICE static void element(W&& w, const G& g, M&& m, V&& v, const detail::AdamWCoefficients<T>& k,
+                                         bool decay) {
+    using std::sqrt;
+    m = k.beta1 * m + (T(1) - k.beta1) * g;
+    v = k.beta2 * v + (T(1) - k.beta2) * (g * g);
+    if (decay) w *= k.keep;
+    w -= k.step_size * m / (sqrt(v) * k.inv_sqrt_bc2 + k.eps);
+  }
   /// One step at count t on checked arguments.
   template <class WMat, class GExpr, class T>
   static void update(WMat& w, const GExpr& g, Buffers<Eigen::Matrix<T, Eigen::Dynamic, 1>>& b, const Options<T>& o,
                      std::int64_t t) {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
-    const auto k = detail::AdamWCoefficients<T>::at(o, t);
     using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
     Map m(b.m.data(), w.rows(), w.cols()), v(b.v.data(), w.rows(), w.cols());
-    m = k.beta1 * m + (T(1) - k.beta1) * g;
-    v = k.beta2 * v + (T(1) - k.beta2) * g.cwiseAbs2();
-    if (o.weight_decay != T(0)) w *= k.keep;
-    w.array() -= k.step_size * m.array() / (v.array().sqrt() * k.inv_sqrt_bc2 + k.eps);
+    element(w.array(), g.array(), m.array(), v.array(), detail::AdamWCoefficients<T>::at(o, t), o.weight_decay != T(0));
   }
 };
 }  // namespace rules

@@ -61,9 +61,17 @@ struct Lion {
                      std::int64_t) {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
     Eigen::Map<detail::DynamicMatrix<T, layout>> m(b.m.data(), w.rows(), w.cols());
-    if (o.weight_decay != T(0)) w *= T(1) - o.lr * o.weight_decay;
-    w -= o.lr * (o.beta1 * m + (T(1) - o.beta1) * g).array().sign().matrix();
-    m = o.beta2 * m + (T(1) - o.beta2) * g;
+    element(w.array(), g.array(), m.array(), o.lr, T(1) - o.lr * o.weight_decay, o.beta1, o.beta2,
+            o.weight_decay != T(0));
+  }
+  /// The update, written once: w, g, m are Eigen arrays (the host's update) or one element each (a device's pass,
+  /// backend/device_lion.hpp); keep = 1 - lr lambda, `decay`: lambda != 0.
+  MATOPT_EXEC_CHECK_DISABLE
+  template <class W, class G, class M, class T>
+  MATOPT_HOST_DEVICE static void element(W&& w, const G& g, M&& m, T lr, T keep, T beta1, T beta2, bool decay) {
+    if (decay) w *= keep;
+    w -= lr * detail::sign_of(beta1 * m + (T(1) - beta1) * g);
+    m = beta2 * m + (T(1) - beta2) * g;
   }
 };
 }  // namespace rules

@@ -22,7 +22,7 @@
 namespace matopt {
 namespace detail {
 
-/// One AdamW element update (the host's expression, element by element); `zero` maps a non-finite g to 0.
+/// One AdamW element update (rules::AdamW::element, as on the host); `zero` maps a non-finite g to 0.
 template <class T>
 struct AdamWOp {
   T* w;
@@ -34,13 +34,7 @@ struct AdamWOp {
   MATOPT_HOST_DEVICE void operator()(Index i) const {
     T gi = g[i];
     if (zero && !finite_value(gi)) gi = T(0);
-    const T mi = k.beta1 * m[i] + (T(1) - k.beta1) * gi;
-    const T vi = k.beta2 * v[i] + (T(1) - k.beta2) * (gi * gi);
-    m[i] = mi;
-    v[i] = vi;
-    T wi = w[i];
-    if (decay) wi *= k.keep;
-    w[i] = wi - k.step_size * mi / (sqrt(vi) * k.inv_sqrt_bc2 + k.eps);
+    rules::AdamW::element(w[i], gi, m[i], v[i], k, decay);
   }
 };
 /// AdamW's pass: AdamWOp at step t.

@@ -5,7 +5,7 @@
 // The device twin of ElementwiseOptimizer (core/elementwise_optimizer.hpp): the host rule's Options, defaults,
 // validation, messages, non-finite policy and State fields (checkpoints move between the two), the buffers in device
 // memory (W's storage order), and the update as one Thrust pass over W, G and the buffers, element by element
-// (detail::DeviceRule<Rule>::op: the host's expression for one element). On Thrust's device system: CPP or OMP on
+// (detail::DeviceRule<Rule>::op: the rule's `element`, as on the host). On Thrust's device system: CPP or OMP on
 // the CPU, CUDA on the GPU (from a .cu file; there it runs on the stream given at construction, by default the
 // legacy default stream, which the CUDA engine's own blocking stream is ordered with; give a caller's non-blocking
 // stream to order the step with the work on it). NonFinite::Zero zeroes G's non-finite entries inside that pass,

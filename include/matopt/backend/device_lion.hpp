@@ -19,7 +19,7 @@
 namespace matopt {
 namespace detail {
 
-/// One Lion element update (the host's expression, element by element); `zero` maps a non-finite g to 0.
+/// One Lion element update (rules::Lion::element, as on the host); `zero` maps a non-finite g to 0.
 template <class T>
 struct LionOp {
   T* w;
@@ -30,12 +30,7 @@ struct LionOp {
   MATOPT_HOST_DEVICE void operator()(Index i) const {
     T gi = g[i];
     if (zero && !finite_value(gi)) gi = T(0);
-    const T mi = m[i];
-    const T c = beta1 * mi + (T(1) - beta1) * gi;
-    T wi = w[i];
-    if (decay) wi *= keep;
-    w[i] = wi - lr * T((c > T(0)) - (c < T(0)));
-    m[i] = beta2 * mi + (T(1) - beta2) * gi;
+    rules::Lion::element(w[i], gi, m[i], lr, keep, beta1, beta2, decay);
   }
 };
 /// Lion's pass: LionOp (no bias correction: t unused).

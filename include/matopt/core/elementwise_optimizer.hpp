@@ -13,7 +13,8 @@
 //   describe(o, d)                     the rule's own options (core/options.hpp; lr, weight_decay and non_finite
 //                                      are declared here)
 //   update(w, g, buffers, o, t)        one step on checked arguments at step count t (1-based); g may be an
-//                                      expression (NonFinite::Zero)
+//                                      expression (NonFinite::Zero). AdamW and Lion write it once, as `element`
+//                                      on Eigen arrays here and on one element in a device's pass.
 // Works on any Eigen matrix or vector. The device twins (backend/device_adamw.hpp, device_lion.hpp) take the same
 // rule's options and state fields, so checkpoints move between the two.
 
@@ -25,12 +26,26 @@
 
 #include <Eigen/Core>
 
+#include "matopt/config.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/options.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
 
 namespace matopt {
+
+namespace detail {
+/// sign(x) with sign(0) = 0, for a rule's element update written once (rules::Lion::element): a scalar (a device's
+/// pass, one element) or an Eigen array expression (the host).
+template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+MATOPT_HOST_DEVICE T sign_of(T x) {
+  return T((x > T(0)) - (x < T(0)));
+}
+template <class D>
+auto sign_of(const Eigen::ArrayBase<D>& x) {
+  return x.sign();
+}
+}  // namespace detail
 
 /// An element-wise optimizer: the update rule `Rule` (AdamW, Lion) with the skeleton every element-wise optimizer
 /// shares (options, state, checks, the non-finite policy, checkpoints). The same interface as Optimizer
