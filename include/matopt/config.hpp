@@ -10,14 +10,14 @@
 #include <Eigen/Core>
 
 /// Functions callable from host and device code (Thrust/CUDA backends); empty on a plain host build.
-/// MATOPT_EXEC_CHECK_DISABLE, before a MATOPT_HOST_DEVICE function template written once for host types (Eigen
-/// arrays, host-only under nvcc) and device types (one element): nvcc checks each instantiation where it runs only
-/// (nv_exec_check_disable, as Thrust's own host-device templates).
 #if defined(__CUDACC__)
 #define MATOPT_HOST_DEVICE __host__ __device__
 #define MATOPT_EXEC_CHECK_DISABLE _Pragma("nv_exec_check_disable")
 #else
 #define MATOPT_HOST_DEVICE
+/// Before a MATOPT_HOST_DEVICE function template written once for host types (Eigen arrays, host-only under nvcc)
+/// and device types (one element): nvcc checks each instantiation only where it runs (nv_exec_check_disable, as
+/// Thrust's own host-device templates); empty on a plain host build.
 #define MATOPT_EXEC_CHECK_DISABLE
 #endif
 
