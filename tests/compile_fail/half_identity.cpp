@@ -7,9 +7,14 @@
 //   policy_checks.state_fields     -DMATOPT_STATE_WITHOUT_FIELDS: a State<T> without `fields`, in an Optimizer;
 //   policy_checks.init_state       -DMATOPT_BAD_INIT_STATE: an init_state no optimizer calls (a parameter missing);
 //   policy_checks.check_state      -DMATOPT_BAD_CHECK_STATE: a check_state no optimizer calls (no `where`).
+//   policy_checks.engine_form      -DMATOPT_ON_DEVICE: stepped by a DeviceOptimizer without an engine form
+//                                  (reserve_on / apply_on: core/detail/engine_form.hpp).
 // Compiled with -DMATOPT_GOOD_STATE (the same State with both hooks as the optimizers call them), it compiles:
 // policy_checks.state_hooks_compile.
 #include <matopt/matopt.hpp>
+#if defined(MATOPT_ON_DEVICE)
+#include <matopt/backend/thrust.hpp>
+#endif
 
 struct HalfIdentity {  // D = U / 2
   struct Options {};
@@ -77,6 +82,12 @@ int main() {
 #if defined(MATOPT_DROP_COST)
   matopt::AnyOptimizer<float> any{Opt{}};
   return any.cost(4, 3) > 0 ? 0 : 1;
+#elif defined(MATOPT_ON_DEVICE)
+  matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> opt;
+  matopt::DeviceMatrix<float> w(4, 3), g(4, 3);
+  auto state = opt.make_state(w);
+  opt.step(w, g, state);
+  return 0;
 #else
   Opt opt;
   Eigen::MatrixXf w = Eigen::MatrixXf::Zero(4, 3), g = Eigen::MatrixXf::Ones(4, 3);

@@ -5,7 +5,7 @@
 // Diagnostics of matrices in device memory (docs/math.md#diagnostics), each computed by the host's one implementation:
 //  - diagonal dominance: the Gram matrix is formed on the device by the engine (SYRK in T, at least fp32 as
 //    the definition asks), copied to the host (k x k, the input is m x n) and summarized by the host's own
-//    dominance_of_gram (detail::gram_dominance, device_optimizer.hpp, which Adaptive on device also runs);
+//    dominance_of_gram (detail::gram_dominance, diagonal_dominance.hpp, which Adaptive's engine form also runs);
 //  - the spectral diagnostics (singular-value quantiles, normalized singular values, orthogonality residual,
 //    spectral flatness): the matrix is downloaded by the engine (m n elements, after the engine's earlier
 //    work) and measured by diagnostics/spectrum.hpp in double. They need an SVD or an eigen-solver, which

@@ -10,31 +10,15 @@
 // (backend/thrust.hpp) or the CUDA engine (backend/cuda/engine.cuh). Options, defaults and validation are
 // the host optimizer's; bad input throws std::invalid_argument before anything is written, as on the host.
 //
-// Policies on device: momentum Ema / Sum / NoMomentum; Orthogonalize<NewtonSchulz<...>> (plain and Gram, with
-// or without Turbo-Muon's AOL start), AutoSteps<NewtonSchulz<...>> (planned on the host from U downloaded on a check
-// step), OnEngine<Policy> (a user's policy written against the engine operations), Orthogonalize<ExactPolar>,
-// RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact> (of those), NuclearScaled<Inner> (PolarGrad)
-// and SecondMoment<Inner, Moment> (NorMuon, AdaMuon, NAMO, one's own) of those; DionPowerIteration (Dion);
-// per-head / split row blocks (heads, split_sizes, split_groups). Any other preconditioner is a compile-time error
-// (a static_assert names the device policies). Every scaling (Static, TrustRatio, SpectralCap, a user's) runs its own
-// update(e, ...) with DevicePolicyEngine's operations, and so does every second moment (NorMuon, AdaMuon, NAMO, a
-// user's).
-//   SecondMoment: the moments' scalar rules are the host's (second_moment.hpp). NorMuon's S (one entry per row or
-//     column) and NAMO's (one scalar) stay in the host State: each step downloads the k squared line norms and
-//     uploads k factors (k = m or n). AdaMuon's S (m n entries) lives in device memory (State::moment) and is
-//     copied through host memory only by checkpoints (into a copy of the host State).
-//   Row blocks: each block is formed, preconditioned and updated as a parameter of its own shape (as
-//     Optimizer::apply_blocks); a block of split_groups runs is formed run by run into the workspace.
-//   Dion: the host's own step (DionPowerIteration::run, written once over views) with M and Q in device memory
-//     (State::moment, as AdaMuon's S) and the products on the engine; the thin Q of P's Householder QR on a host
-//     copy of P (max(m, n) r elements each way per step).
-//   ExactPolar: the reference SVD runs on the host (the host policy itself, on a host copy of U: m n elements
-//     each way per step); neither device engine has an SVD.
-//   SpectralCap: u and v live in the host State (its type and checkpoints stay the host's): each step uploads v
-//     (n elements) into the workspace and downloads u, v (m + n) after the power iteration.
-//   Adaptive: Adaptive::choose (the host's rule, State, counters) with r_min measured on the device: U's
-//     Gram formed by the engine (SYRK) and summarized by the host's dominance_of_gram, as
-//     diagonal_dominance(engine, view) does (device_diagnostics.hpp); then the chosen device preconditioner.
+// Each preconditioner runs its own engine form (reserve_on / apply_on, in its own file: core/detail/engine_form.hpp):
+// Orthogonalize (Newton–Schulz on the engine; ExactPolar's SVD on a host copy of U), AutoSteps, RowNormalize,
+// ColNormalize, Identity, Sign, OnEngine<Policy>, Adaptive, NuclearScaled, SecondMoment (NorMuon, AdaMuon, NAMO,
+// one's own moment) and DionPowerIteration; one without an engine form is a compile-time error that says what to
+// declare. Every scaling (Static, TrustRatio, SpectralCap, a user's) runs its own update(e, ...) with PolicyEngine's
+// operations, and so does every second moment. Row blocks (heads, split_sizes, split_groups): each block is formed,
+// preconditioned and updated as a parameter of its own shape (as Optimizer::apply_blocks); a block of split_groups
+// runs is formed run by run into the workspace. SpectralCap's u and v live in the host State: each step uploads v
+// (n elements) and downloads u, v (m + n) after the power iteration.
 // Device memory: the momentum buffer per state; one workspace per optimizer, grown by make_state, so step
 // allocates nothing on the device (Thrust's reductions may use a temporary buffer; the CUDA engine's do not).
 // The policies' states (SpectralCap's, Adaptive's, TrustRatio's) are their host State types, in host memory.
@@ -54,6 +38,7 @@
 #include <thrust/fill.h>
 
 #include "matopt/backend/device_matrix.hpp"
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/norms.hpp"
 #include "matopt/core/detail/strided.hpp"
@@ -97,9 +82,13 @@ void grow(thrust::device_vector<T>& v, Index size) {
   if (Index(v.size()) < size) v.resize(std::size_t(size));
 }
 
-/// The device workspace of one optimizer (sized by the largest parameter it has made state for).
+/// The device workspace of one optimizer (sized by the largest parameter it has made state for): the buffers of the
+/// preconditioners' engine forms (core/detail/engine_form.hpp).
 template <class T>
 struct DeviceWorkspace {
+  using Scalar = T;
+  static T* ptr(thrust::device_vector<T>& v) { return raw(v); }
+  static void grow(thrust::device_vector<T>& v, Index size) { detail::grow(v, size); }
   thrust::device_vector<T> u, x, y, a, b, q, t, scale, clean;
   thrust::device_vector<T> u2;       ///< NuclearScaled, moments reading ||U||: U formed again
   thrust::device_vector<T> gram;     ///< Adaptive: the k x k Gram of U
@@ -118,25 +107,6 @@ struct DeviceWorkspace {
   }
 };
 
-/// Diagonal dominance (docs/math.md) of P = X X^T for a column-major k x l X in device memory: P formed by the
-/// engine (gram_lower: SYRK in T's own precision, whatever the engine's product precision) in the k x k
-/// device scratch p, copied into host_ws and summarized by the host's own
-/// dominance_of_gram. The one implementation behind diagonal_dominance(engine, view) (device_diagnostics.hpp)
-/// and Adaptive on device; allocates nothing once host_ws is reserved for (k, l).
-template <class Engine, class T>
-DiagonalDominance gram_dominance(Engine& e, Strided<T> x, T* p, DiagonalDominanceWorkspace<T>& host_ws,
-                                 GramSide side) {
-  const Index k = x.rows;
-  host_ws.template reserve<T>(k, x.cols);
-  auto ph = host_ws.gram.matrix(k, k);
-  if (k >= 2) {
-    Strided<T> pc = col_major(p, k, k);
-    e.gram_lower(x, pc);
-    e.download(static_cast<const T*>(p), k * k, ph.data());
-  }
-  return dominance_of_gram<T>(ph, host_ws.rows, side);
-}
-
 /// Refuses ns_dtype = bfloat16 wherever a device optimizer's options hold one (the preconditioner's, or one it
 /// wraps), before the host optimizer's checks, whose bfloat16 rule is the host engine's (oneDNN).
 struct DeviceDtypeCheck {
@@ -147,457 +117,6 @@ struct DeviceDtypeCheck {
   }
   template <class R>
   void rule(R&&) const {}
-};
-
-template <class P>
-inline constexpr bool host_only_policy_v = false;
-
-/// How each preconditioner runs on a device engine: reserve(ws, options, m, n) and
-/// apply(engine, ws, options, m, n, layout, form_u) -> D, where form_u(target) writes U into the m x n
-/// target and D is a view of the workspace.
-template <class P>
-struct DevicePreconditioner {
-  static_assert(host_only_policy_v<P>,
-                "matopt::DeviceOptimizer: this preconditioner has no device implementation (device policies: "
-                "Orthogonalize<NewtonSchulz<...>>, AutoSteps<NewtonSchulz<...>>, Orthogonalize<ExactPolar>, "
-                "RowNormalize, ColNormalize, Identity, Sign, Adaptive<Cheap, Exact>, NuclearScaled<Inner>, "
-                "SecondMoment<Inner, Moment> of those (any moment), DionPowerIteration; a policy of one's own "
-                "runs on every engine as OnEngine<Policy>)");
-};
-
-template <class Schedule, NsVariant V>
-struct DevicePreconditioner<Orthogonalize<NewtonSchulz<Schedule, V>>> {
-  using Method = NewtonSchulz<Schedule, V>;
-  using Options = typename Method::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    const Index r = m < n ? m : n, s = m < n ? n : m;  // Orthogonalize: r x s with r <= s
-    grow(ws.x, r * s);
-    grow(ws.y, r * s);
-    grow(ws.a, r * r);
-    grow(ws.b, r * r);
-    if (Method::uses_gram(o, r, s)) {
-      grow(ws.q, r * r);
-      grow(ws.t, r * r);
-    }
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout,
-                          FormU&& form_u) {
-    const bool tall = m > n;  // X = U (m <= n) or U^T, formed column-major r x s
-    const Index r = tall ? n : m, s = tall ? m : n;
-    Strided<T> x = col_major(raw(ws.x), r, s), y = col_major(raw(ws.y), r, s);
-    form_u(tall ? x.t() : x);
-    const bool gram = Method::uses_gram(o, r, s) && r > 0 && s > 0;
-    Strided<T> a = col_major(raw(ws.a), r, r), b = col_major(raw(ws.b), r, r);
-    Strided<T> q = col_major(gram ? raw(ws.q) : nullptr, gram ? r : 0, gram ? r : 0), t = q;
-    if (gram) t = col_major(raw(ws.t), r, r);
-    const Strided<T> d = NsMatrices<Strided<T>>{&x, &y, &a, &b, &q, &t}.run(e, o, gram);
-    return tall ? d.t() : d;
-  }
-};
-
-/// U in the workspace, in W's storage order (the element-wise and normalizing preconditioners).
-template <class T, class FormU>
-Strided<T> form_in_workspace(DeviceWorkspace<T>& ws, Index m, Index n, Layout layout, FormU&& form_u) {
-  const Strided<T> u = strided(raw(ws.u), m, n, layout);
-  form_u(u);
-  return u;
-}
-
-/// AutoSteps<NewtonSchulz<...>>: AutoSteps's own plan (plans_now, plan, advance; the host's State) from U downloaded
-/// on a check step (m n elements every plan_every steps, planned on the host), then the device Newton–Schulz with
-/// the planned step count, which forms U again.
-template <class Schedule, NsVariant V>
-struct DevicePreconditioner<AutoSteps<NewtonSchulz<Schedule, V>>> {
-  using P = AutoSteps<NewtonSchulz<Schedule, V>>;
-  using Ns = DevicePreconditioner<Orthogonalize<NewtonSchulz<Schedule, V>>>;
-  using Options = typename P::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    Ns::template reserve<T>(ws, o, m, n);
-    grow(ws.u, m * n);
-    ws.host_u.reserve(m * n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, typename P::template State<T>& s,
-                          Index m, Index n, Layout layout, FormU&& form_u) {
-    if (P::plans_now(o, s)) {
-      const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
-      e.download(static_cast<const T*>(u.data), m * n, ws.host_u.data());
-      if (layout == Layout::RowMajor)
-        P::plan(ws.host_u.template matrix<Eigen::RowMajor>(m, n), o, s);
-      else
-        P::plan(ws.host_u.template matrix<Eigen::ColMajor>(m, n), o, s);
-    }
-    // The options with the planned step count: assigned in place, so that a step allocates nothing once warm.
-    thread_local typename Ns::Options run;
-    run = o;
-    run.schedule.steps = P::advance(s);
-    return Ns::apply(e, ws, run, m, n, layout, form_u);
-  }
-};
-
-/// RowNormalize and ColNormalize: D = U / max(||U_i||, eps) per row, or per column as the rows of U^T.
-template <bool Columns>
-struct DevicePreconditioner<NormalizeLines<Columns>> {
-  using Options = detail::NormalizeOptions;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
-    grow(ws.u, m * n);
-    grow(ws.scale, Columns ? n : m);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
-                          FormU&& form_u) {
-    const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
-    const Strided<T> lines = Columns ? u.t() : u;
-    e.inverse_row_norms(Strided<const T>(lines), T(o.eps), raw(ws.scale));  // 1 / max(||line||, eps)
-    e.scale_rows(lines, static_cast<const T*>(raw(ws.scale)));
-    return u;
-  }
-};
-
-/// A preconditioner that transforms U in place, formed in the workspace in W's storage order: Run::run(e, u, o, m, n)
-/// (OnEngine<Policy>: the policy's own run, written once for every engine; Identity; Sign).
-template <class O, class Run>
-struct InPlace {
-  using Options = O;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options&, Index m, Index n) {
-    grow(ws.u, m * n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
-                          FormU&& form_u) {
-    Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
-    Run::run(e, u, o, m, n);
-    return u;
-  }
-};
-/// D = U.
-struct IdentityRun {
-  template <class Engine, class M, class O>
-  static void run(Engine&, M&, const O&, Index, Index) {}
-};
-/// D = sign(U).
-struct SignRun {
-  template <class Engine, class M, class O>
-  static void run(Engine& e, M& u, const O&, Index, Index) {
-    e.sign(u);
-  }
-};
-template <class Policy>
-struct DevicePreconditioner<OnEngine<Policy>> : InPlace<typename Policy::Options, Policy> {};
-template <>
-struct DevicePreconditioner<Identity> : InPlace<Identity::Options, IdentityRun> {};
-template <>
-struct DevicePreconditioner<Sign> : InPlace<Sign::Options, SignRun> {};
-
-/// Orthogonalize<ExactPolar>: the host's own SVD on a host copy of U. U is formed on the device in W's order,
-/// downloaded (m n elements), orthogonalized by the host Orthogonalize<ExactPolar> (BDCSVD; it allocates, as on
-/// the host) and D uploaded over U. A reference policy: the SVD, O(mn min(m, n)) on the host, dominates the
-/// two copies.
-template <>
-struct DevicePreconditioner<Orthogonalize<ExactPolar>> {
-  using P = Orthogonalize<ExactPolar>;
-  using Options = P::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    grow(ws.u, m * n);
-    ws.host_u.reserve(m * n);
-    P::reserve(ws.polar, o, m, n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
-                          FormU&& form_u) {
-    const Strided<T> u = form_in_workspace(ws, m, n, layout, form_u);
-    e.download(static_cast<const T*>(u.data), m * n, ws.host_u.data());
-    const auto upload = [&](const auto& d) { e.upload(d.data(), m * n, u.data); };  // D in U's order
-    if (layout == Layout::RowMajor)
-      P::apply<T>(ws.host_u.template matrix<Eigen::RowMajor>(m, n), o, ws.polar, upload);
-    else
-      P::apply<T>(ws.host_u.template matrix<Eigen::ColMajor>(m, n), o, ws.polar, upload);
-    return u;
-  }
-};
-
-/// Adaptive<Cheap, Exact>: Adaptive::choose (the host's rule and State) with r_min of U's Gram measured on the
-/// device (gram_dominance: U formed into ws.u, free until the chosen policy runs, as X = U or, for a column
-/// Gram, X = U^T), then the chosen device preconditioner, which forms U again from G and the momentum.
-template <class Cheap, class Exact>
-struct DevicePreconditioner<Adaptive<Cheap, Exact>> {
-  using P = Adaptive<Cheap, Exact>;
-  using Options = typename P::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    DevicePreconditioner<Cheap>::reserve(ws, o.cheap, m, n);
-    DevicePreconditioner<Exact>::reserve(ws, o.exact, m, n);
-    const Index k = P::column_gram ? n : m;
-    grow(ws.u, m * n);
-    grow(ws.gram, k * k);
-    ws.dominance.template reserve<T>(k, P::column_gram ? m : n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, typename P::template State<T>& s,
-                          Index m, Index n, Layout layout, FormU&& form_u) {
-    const bool exact = P::choose(s, o, [&] {
-      const Index k = P::column_gram ? n : m, l = P::column_gram ? m : n;
-      const Strided<T> x = col_major(raw(ws.u), k, l);  // P = X X^T
-      if (k >= 2) form_u(P::column_gram ? x.t() : x);
-      return gram_dominance(e, x, raw(ws.gram), ws.dominance, GramSide::Rows);
-    });
-    if (exact) return DevicePreconditioner<Exact>::apply(e, ws, o.exact, m, n, layout, form_u);
-    return DevicePreconditioner<Cheap>::apply(e, ws, o.cheap, m, n, layout, form_u);
-  }
-};
-
-/// A power iteration's vectors in device memory (SpectralCap's power_iteration interface): u (w.rows elements) and v
-/// (w.cols) in the workspace, v uploaded from the host State's and both stored back into it after the iteration.
-template <class T, class Engine>
-struct DeviceSingularVectors {
-  Engine& e;
-  Strided<const T> w;
-  T* u;
-  T* v;
-  T forward() {  // u <- W v
-    e.gemv(T(1), w, static_cast<const T*>(v), T(0), u);
-    return e.norm(col_major(static_cast<const T*>(u), w.rows, 1));
-  }
-  void normalize_u(T norm) { e.scale(col_major(u, w.rows, 1), T(1) / norm); }
-  T backward() {  // v <- W^T u
-    e.gemv(T(1), w.t(), static_cast<const T*>(u), T(0), v);
-    return e.norm(col_major(static_cast<const T*>(v), w.cols, 1));
-  }
-  void normalize_v(T norm) { e.scale(col_major(v, w.cols, 1), T(1) / norm); }
-  /// Downloads u and v into the host vectors (m + n elements).
-  template <class V>
-  void store(V& host_u, V& host_v) const {
-    e.download(static_cast<const T*>(u), w.rows, host_u.data());
-    e.download(static_cast<const T*>(v), w.cols, host_v.data());
-  }
-  /// u^T D v.
-  T bilinear(Strided<T> d) const {
-    return e.bilinear(static_cast<const T*>(u), Strided<const T>(d), static_cast<const T*>(v));
-  }
-  /// D <- D - c u v^T, in place.
-  Strided<T> minus_rank1(Strided<T> d, T c) const {
-    e.rank1(d, -c, static_cast<const T*>(u), static_cast<const T*>(v));
-    return d;
-  }
-};
-
-/// Scalings that declare `tracks_singular_vectors = true` (SpectralCap) get m + n elements of device scratch.
-template <class S, class = void>
-inline constexpr bool tracks_singular_vectors_v = false;
-template <class S>
-inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::tracks_singular_vectors)>> =
-    S::tracks_singular_vectors;
-
-/// The policies' operations on a device engine (the host's are HostEngine's, core/detail/engine.hpp): a scaling S's
-/// own update(e, w, d, g, ...) and a second moment's apply(e, d, ...), with W, D and G in device memory, D a
-/// workspace view that `combined`, `minus_rank1` and the moments' operations overwrite, and scratch in the workspace.
-template <class T, class Engine, class S = void>  // S: the scaling or the moment, for its checks
-struct DevicePolicyEngine {
-  Engine& e;
-  DeviceWorkspace<T>& ws;
-  Layout layout;  ///< W's storage order (AdaMuon's S)
-  template <class U>
-  static Index rows(const Strided<U>& x) { return x.rows; }
-  template <class U>
-  static Index cols(const Strided<U>& x) { return x.cols; }
-  template <class U>
-  T norm(Strided<U> x) { return e.norm(Strided<const T>(x)); }
-  /// W <- keep W - step D.
-  void update(Strided<T> w, T keep, T step, Strided<const T> d) { e.update(w, keep, step, d); }
-  /// W <- keep W - step D where D . W >= 0, W - step D elsewhere.
-  void cautious_update(Strided<T> w, T keep, T step, Strided<const T> d) { e.cautious_update(w, keep, step, d); }
-  /// a W + b D, written over D.
-  Strided<T> combined(T a, Strided<const T> w, T b, Strided<T> d) {
-    e.combine(d, a, w, b, Strided<const T>(d));
-    return d;
-  }
-  /// out = a x + b y; out = x; C = alpha A B + beta C (the engine's, for policies written once over views).
-  void combine(Strided<T> out, T a, Strided<const T> x, T b, Strided<const T> y) { e.combine(out, a, x, b, y); }
-  void copy(Strided<const T> x, Strided<T> out) { e.copy(x, out); }
-  void gemm(T alpha, Strided<T> a, Strided<T> b, T beta, Strided<T> c) { e.gemm(alpha, a, b, beta, c); }
-  /// f(X) on a host copy of the column-major x (in the workspace's host buffer), then X copied back into x.
-  template <class F>
-  void on_host(Strided<T> x, F&& f) {
-    MATOPT_ASSERT(x.rs == 1 && (x.cs == x.rows || x.cols <= 1));
-    e.download(static_cast<const T*>(x.data), x.size(), ws.host_u.data());
-    f(ws.host_u.matrix(x.rows, x.cols));
-    e.upload(static_cast<const T*>(ws.host_u.data()), x.size(), x.data);
-  }
-  /// The vectors of a power iteration on W in the workspace, v uploaded from the host's.
-  template <class V>
-  DeviceSingularVectors<T, Engine> singular_vectors(Strided<T> w, const V&, const V& host_v) {
-    static_assert(tracks_singular_vectors_v<S>,
-                  "matopt::DeviceOptimizer: a scaling that calls e.singular_vectors declares `static constexpr bool "
-                  "tracks_singular_vectors = true;` (their m + n elements of device scratch; a scaling wrapping "
-                  "SpectralCap too)");
-    T* u = raw(ws.vectors);
-    e.upload(host_v.data(), w.cols, u + w.rows);
-    return {e, Strided<const T>(w), u, u + w.rows};
-  }
-
-  // The second moments' operations (moments::*::apply, precondition/second_moment.hpp): D changed in place, then
-  // passed to sink; f points at host memory (k line statistics go through ws.scale each way).
-  /// The squared norms of D's rows (rows) or columns, downloaded into f.
-  void line_squared_norms(Strided<T> d, bool rows, T* f) {
-    const Strided<T> lines = rows ? d : d.t();
-    e.row_squared_norms(Strided<const T>(lines), raw(ws.scale));
-    e.download(static_cast<const T*>(raw(ws.scale)), lines.rows, f);
-  }
-  /// Row i (rows) or column i of D times f[i], f uploaded; then sink(D).
-  template <class Sink>
-  void scale_lines(Strided<T> d, bool rows, const T* f, Sink&& sink) {
-    const Strided<T> lines = rows ? d : d.t();
-    e.upload(f, lines.rows, raw(ws.scale));
-    e.scale_rows(lines, static_cast<const T*>(raw(ws.scale)));
-    sink(d);
-  }
-  /// S <- b S + (1 - b) D.D (S at s in device memory, in W's storage order), D <- D / (sqrt(S) + eps); then sink(D).
-  template <class Sink>
-  void moment_normalized(Strided<T> d, T* s, T b, T eps, Sink&& sink) {
-    static_assert(moment_engine_state_v<S>,
-                  "matopt::DeviceOptimizer: a moment that calls e.moment_normalized declares `static constexpr bool "
-                  "engine_state = true;` (its S then lives in device memory)");
-    e.moment_normalize(d, strided(s, d.rows, d.cols, layout), b, eps);
-    sink(d);
-  }
-  /// tr(D^T U) = sum(U . D) for U laid out as D.
-  T dot(Strided<const T> u, Strided<const T> d) {
-    MATOPT_ASSERT(u.rows == d.rows && u.cols == d.cols && u.rs == d.rs && u.cs == d.cs);
-    return e.dot(u.data, d.data, d.size());
-  }
-  /// D <- c D; then sink(D).
-  template <class Sink>
-  void scaled(Strided<T> d, T c, Sink&& sink) {
-    e.scale(d, c);
-    sink(d);
-  }
-};
-
-/// SecondMoment<Inner, Moment> (second_moment.hpp): D = Inner(U) (Inner(sign U) for AdaMuon), then the moment's own
-/// apply with DevicePolicyEngine's operations. S lies at `s`: in device memory where the moment declares
-/// engine_state (AdaMuon), else in the host State (NorMuon's k line statistics go down and k factors up each step).
-template <class Inner, class Moment>
-struct DevicePreconditioner<SecondMoment<Inner, Moment>> {
-  using P = SecondMoment<Inner, Moment>;
-  using Options = typename P::Options;
-  static constexpr bool device_state = moment_engine_state_v<Moment>;
-  /// The host State's fields that live in device memory (AdaMuon's S), see DevicePreconditioner<DionPowerIteration>.
-  template <class T, class F>
-  static void device_fields(typename P::template State<T>& s, F&& f) {
-    f(s.second_moment);
-  }
-  /// S, of `size` entries in device memory, must be the size these options give.
-  template <class T>
-  static void check_state(const typename P::template State<T>&, Index size, const Options& o, Index m, Index n,
-                          std::string_view where) {
-    P::check_state_size(size, o, m, n, where);
-  }
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    DevicePreconditioner<Inner>::reserve(ws, o, m, n);
-    grow(ws.scale, Moment::workspace_size(m, n));
-    ws.host_lines.reserve(Moment::workspace_size(m, n));
-    if constexpr (Moment::reads_input_norm) grow(ws.u2, m * n);
-  }
-  template <class T, class Engine, class GNorm, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, T* s, GNorm&& g_norm, Index m,
-                          Index n, Layout layout, FormU&& form_u) {
-    const auto inner_u = [&](Strided<T> target) {
-      form_u(target);
-      if constexpr (Moment::sign_input) e.sign(target);
-    };
-    const typename Inner::Options& inner = o;
-    const Strided<T> d = DevicePreconditioner<Inner>::apply(e, ws, inner, m, n, layout, inner_u);
-    finish(e, ws, o, d, s, g_norm, layout, form_u);
-    return d;
-  }
-  static constexpr bool sign_input = Moment::sign_input;
-  /// D' = Moment(D) in place, for a D the inner preconditioner made (here, or batched over row blocks); ||U||_F, where
-  /// the moment reads it, of U formed again into ws.u2.
-  template <class T, class Engine, class GNorm, class FormU>
-  static void finish(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Strided<T> d, T* s, GNorm&& g_norm,
-                     Layout layout, FormU&& form_u) {
-    check_moment<Moment, T>();
-    DevicePolicyEngine<T, Engine, Moment> pe{e, ws, layout};
-    const auto u_norm = input_norm<Moment, T>([&] {
-      const Strided<T> u = laid_out_as(raw(ws.u2), d);
-      form_u(u);
-      return e.norm(Strided<const T>(u));
-    });
-    Moment::template apply<T>(pe, d, o.moment, s, ws.host_lines.data(), g_norm, u_norm, [](const Strided<T>&) {});
-  }
-};
-
-/// NuclearScaled<Inner> (PolarGrad, nuclear_scaled.hpp): D = Inner(U), then the policy's own scale_by_trace with
-/// DevicePolicyEngine's operations. U is formed again into ws.u2, laid out as D (which Inner returns dense), so
-/// tr(D^T U) is a plain dot product of m n elements.
-template <class Inner>
-struct DevicePreconditioner<NuclearScaled<Inner>> {
-  using Options = typename NuclearScaled<Inner>::Options;
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    DevicePreconditioner<Inner>::reserve(ws, o, m, n);
-    grow(ws.u2, m * n);
-  }
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, Index m, Index n, Layout layout,
-                          FormU&& form_u) {
-    const Strided<T> d = DevicePreconditioner<Inner>::apply(e, ws, o, m, n, layout, form_u);
-    const Strided<T> u = laid_out_as(raw(ws.u2), d);
-    form_u(u);
-    DevicePolicyEngine<T, Engine> pe{e, ws, layout};
-    NuclearScaled<Inner>::scale_by_trace(pe, Strided<const T>(u), d, [](const Strided<T>&) {});
-    return d;
-  }
-};
-
-/// DionPowerIteration (dion.hpp): its run() with M and Q in device memory and the products on the engine; the thin Q
-/// factor of P's Householder QR on a host copy of P (on_host: max(m, n) r elements each way per step; neither device
-/// engine has a QR). The products run in the engine's precision.
-template <>
-struct DevicePreconditioner<DionPowerIteration> {
-  using P = DionPowerIteration;
-  using Options = P::Options;
-  /// The host State's M and Q live in device memory (State::moment: M in W's storage order, then Q, min(m, n) x r
-  /// column-major); the host State keeps the rank. A checkpoint fills M and Q in a copy of the host State.
-  static constexpr bool device_state = true;
-  template <class T, class F>
-  static void device_fields(P::State<T>& s, F&& f) {
-    f(s.momentum);
-    f(s.q);
-  }
-  /// The rank of make_state must be the one these options give (the host's check).
-  template <class T>
-  static void check_state(const P::State<T>& s, Index, const Options& o, Index m, Index n, std::string_view where) {
-    P::check_state(s, o, m, n, where);
-  }
-  template <class T>
-  static void reserve(DeviceWorkspace<T>& ws, const Options& o, Index m, Index n) {
-    const Index r = P::rank(o, m, n), rows = std::max(m, n), cols = std::min(m, n);
-    grow(ws.u, m * n);
-    grow(ws.a, rows * r);
-    grow(ws.b, cols * r);
-    grow(ws.scale, r);
-    ws.host_u.reserve(rows * r);
-    ws.host_lines.reserve(r);
-  }
-  /// D (in ws.u, W's storage order) for U = G, with M and Q at `device` (updated in place): dion.hpp's run().
-  template <class T, class Engine, class FormU>
-  static Strided<T> apply(Engine& e, DeviceWorkspace<T>& ws, const Options& o, const P::State<T>& s, T* device,
-                          Index m, Index n, Layout layout, FormU&& form_u) {
-    const Index r = Index(s.rank), rows = std::max(m, n), cols = std::min(m, n);
-    const Strided<T> d = form_in_workspace(ws, m, n, layout, form_u);  // U = G, then D in its place
-    DevicePolicyEngine<T, Engine> pe{e, ws, layout};
-    P::run(pe, strided(device, m, n, layout), col_major(device + m * n, cols, r), col_major(raw(ws.a), rows, r),
-           col_major(raw(ws.b), cols, r), d, o, ws.host_lines.data());
-    return d;
-  }
 };
 
 /// The Newton-Schulz method of a preconditioner that is one (Orthogonalize<NewtonSchulz<...>>, or SecondMoment
@@ -615,11 +134,14 @@ struct ns_method<SecondMoment<Inner, Moment>> : ns_method<Inner> {};
 template <class P>
 using ns_method_t = typename ns_method<P>::type;
 
-template <class P, class = void>
-inline constexpr bool device_state_v = false;
-template <class P>
-inline constexpr bool device_state_v<P, std::void_t<decltype(DevicePreconditioner<P>::device_state)>> =
-    DevicePreconditioner<P>::device_state;
+/// Whether P has an engine form (core/detail/engine_form.hpp) for this workspace.
+template <class P, class WS, class = void>
+inline constexpr bool has_engine_form_v = false;
+template <class P, class WS>
+inline constexpr bool has_engine_form_v<P, WS,
+                                        std::void_t<decltype(P::reserve_on(std::declval<WS&>(),
+                                                                           std::declval<const typename P::Options&>(),
+                                                                           Index(), Index()))>> = true;
 
 }  // namespace detail
 
@@ -728,7 +250,7 @@ class DeviceOptimizer {
       if constexpr (device_state) {
         Index at = 0;
         std::size_t k = 0;
-        Precondition::template device_fields<T>(pre, [&](auto& host) {
+        PreconditionerType::template engine_fields<T>(pre, [&](auto& host) {
           const Index size = k < moment_sizes.size() ? moment_sizes[k] : 0;  // none in a State not from make_state
           ++k;
           host.resize(size);
@@ -773,7 +295,7 @@ class DeviceOptimizer {
     detail::init_policy_state<PreconditionerType>(s.precondition, options_.precondition, w.rows, w.cols);
     if constexpr (device_state) {  // the fields' initial values moved to device memory
       Index size = 0;
-      Precondition::template device_fields<T>(s.precondition, [&](auto& host) {
+      PreconditionerType::template engine_fields<T>(s.precondition, [&](auto& host) {
         s.moment_sizes.push_back(host.size());
         size += host.size();
       });
@@ -840,12 +362,16 @@ class DeviceOptimizer {
   const Telemetry<T, DeviceStepReport<T>>& telemetry() const { return telemetry_; }
 
  private:
-  using Precondition = detail::DevicePreconditioner<PreconditionerType>;
-  static constexpr bool device_state = detail::device_state_v<PreconditionerType>;
+  using Workspace = detail::DeviceWorkspace<T>;
+  static_assert(detail::has_engine_form_v<PreconditionerType, Workspace>,
+                "matopt::DeviceOptimizer: the preconditioner has no engine form: it declares `template <class WS> "
+                "static void reserve_on(WS&, const Options&, Index m, Index n)` and `apply_on(e, ws, options, [state,] "
+                "m, n, layout, form_u)` (core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
+  static constexpr bool device_state = detail::engine_state_v<PreconditionerType>;
   /// Preconditioners that read the raw gradient (SecondMoment: NAMO's ||G||_F) and keep a moment.
   static constexpr bool second_moment = detail::reads_gradient_v<PreconditionerType>;
   /// The scaling's engine operations.
-  using Scaling = detail::DevicePolicyEngine<T, Engine, ScalingType>;
+  using Scaling = detail::PolicyEngine<T, Engine, Workspace, ScalingType>;
   /// Per-head / split row blocks (row_blocks.hpp), taken with a scaling that keeps no state (check_row_blocks).
   static constexpr bool splits_rows =
       detail::splits_rows_v<PreconditionerType> && std::is_empty_v<typename ScalingType::template State<T>>;
@@ -874,19 +400,19 @@ class DeviceOptimizer {
   void check_policy_state(const State& state, Index m, Index n, const char* where) const {
     using S = detail::policy_state_t<PreconditionerType, T>;
     if constexpr (device_state)
-      Precondition::template check_state<T>(state.precondition, Index(state.moment.size()), options_.precondition, m,
-                                            n, where);
+      PreconditionerType::template check_engine_state<T>(state.precondition, Index(state.moment.size()),
+                                                         options_.precondition, m, n, where);
     else if constexpr (detail::has_check_state_v<PreconditionerType, S, typename PreconditionerType::Options>)
       PreconditionerType::check_state(state.precondition, options_.precondition, m, n, where);
   }
 
   void reserve(Index m, Index n) {
-    Precondition::reserve(ws_, options_.precondition, m, n);
+    PreconditionerType::reserve_on(ws_, options_.precondition, m, n);
     if constexpr (splits_rows) {
       const RowBlocks& b = options_.precondition;
       if (b.blocked() && b.fits(m)) {
         b.for_each(m, [&](const RowSet& r) {
-          Precondition::reserve(ws_, options_.precondition, r.size(), n);
+          PreconditionerType::reserve_on(ws_, options_.precondition, r.size(), n);
           // The engine's row scratch is not monotone in the rows (cuda::Engine::reserve): each block's shape too.
           engine_.reserve(r.size(), n);
         });
@@ -980,16 +506,16 @@ class DeviceOptimizer {
   /// D for an m x n parameter or row block whose U form_u writes; `offset`: the block's first entry of S.
   template <class FormU, class GNorm>
   detail::Strided<T> precondition(State& state, Index offset, Index m, Index n, FormU&& form_u, GNorm&& g_norm) {
+    using P = PreconditionerType;
     if constexpr (second_moment) {
-      return Precondition::apply(engine_, ws_, options_.precondition, slot(state, offset), g_norm, m, n, state.layout,
-                                 form_u);
+      return P::apply_on(engine_, ws_, options_.precondition, slot(state, offset), g_norm, m, n, state.layout, form_u);
     } else if constexpr (device_state) {
-      return Precondition::apply(engine_, ws_, options_.precondition, state.precondition, detail::raw(state.moment), m,
-                                 n, state.layout, form_u);
-    } else if constexpr (detail::has_policy_state_v<PreconditionerType, T>) {
-      return Precondition::apply(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
+      return P::apply_on(engine_, ws_, options_.precondition, state.precondition, detail::raw(state.moment), m, n,
+                         state.layout, form_u);
+    } else if constexpr (detail::has_policy_state_v<P, T>) {
+      return P::apply_on(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
     } else {
-      return Precondition::apply(engine_, ws_, options_.precondition, m, n, state.layout, form_u);
+      return P::apply_on(engine_, ws_, options_.precondition, m, n, state.layout, form_u);
     }
   }
 
@@ -1103,14 +629,14 @@ class DeviceOptimizer {
           const detail::Strided<T> u = tall ? x.t() : x;
           block_u(blocks.block(w.rows, i), g, v)(u);
           if constexpr (second_moment)
-            if constexpr (Precondition::sign_input) engine_.sign(u);
+            if constexpr (PreconditionerType::sign_input) engine_.sign(u);
         });
     Index offset = 0;
     for (Index i = 0; i < count; ++i) {
       const RowSet b = blocks.block(w.rows, i);
       const detail::Strided<T> x = detail::col_major(xs.data + i * r * s, r, s), d = tall ? x.t() : x;
       if constexpr (second_moment) {
-        Precondition::finish(engine_, ws_, options_.precondition, d, slot(state, offset), block_g_norm(b, g),
+        PreconditionerType::finish_on(engine_, ws_, options_.precondition, d, slot(state, offset), block_g_norm(b, g),
                              state.layout, block_u(b, g, v));
         offset += PreconditionerType::block_state_size(mb, n);
       }

@@ -24,6 +24,7 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/strided.hpp"
 #include "matopt/core/detail/workspace.hpp"
 #include "matopt/core/view.hpp"
 
@@ -124,6 +125,24 @@ DiagonalDominance dominance_of_gram(const Eigen::Map<typename Buffer<Acc>::Matri
   return out;
 }
 
+
+/// Diagonal dominance of P = X X^T for a column-major k x l X in engine memory: P formed by the engine (gram_lower:
+/// SYRK in T's own precision, whatever the engine's product precision) in the k x k engine scratch p, copied into
+/// host_ws and summarized by dominance_of_gram. The one implementation behind diagonal_dominance(engine, view)
+/// (backend/device_diagnostics.hpp) and Adaptive's engine form; allocates nothing once host_ws is reserved for (k, l).
+template <class Engine, class T>
+DiagonalDominance gram_dominance(Engine& e, Strided<T> x, T* p, DiagonalDominanceWorkspace<T>& host_ws,
+                                 GramSide side) {
+  const Index k = x.rows;
+  host_ws.template reserve<T>(k, x.cols);
+  auto ph = host_ws.gram.matrix(k, k);
+  if (k >= 2) {
+    Strided<T> pc = col_major(p, k, k);
+    e.gram_lower(x, pc);
+    e.download(static_cast<const T*>(p), k * k, ph.data());
+  }
+  return dominance_of_gram<T>(ph, host_ws.rows, side);
+}
 }  // namespace detail
 
 /// Diagonal dominance of P = U U^T (or, with GramSide::Short, of the Gram on U's shorter side), computed in

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parse.hpp"
 #include "matopt/diagnostics/diagonal_dominance.hpp"
@@ -133,10 +134,37 @@ struct Adaptive {
       Cheap::template apply<T>(u, o.cheap, ws.cheap, sink);
   }
 
-  /// The policy's rule, shared by every backend (the device path, backend/device_optimizer.hpp, measures on
-  /// the device): on a check (every `every` calls, the first included) `measure()` returns the diagonal
-  /// dominance of U's Gram (U^T U when column_gram) and sets the choice; counts the call; true when Exact
-  /// runs this call.
+  /// The engine form (core/detail/engine_form.hpp): both policies', U's k x k Gram and its host statistics.
+  template <class WS>
+  static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
+    Cheap::reserve_on(ws, o.cheap, m, n);
+    Exact::reserve_on(ws, o.exact, m, n);
+    const Index k = column_gram ? n : m;
+    ws.grow(ws.u, m * n);
+    ws.grow(ws.gram, k * k);
+    ws.dominance.template reserve<typename WS::Scalar>(k, column_gram ? m : n);
+  }
+  /// choose() with r_min of U's Gram measured on the engine (detail::gram_dominance: U formed into ws.u, free until
+  /// the chosen policy runs, as X = U or, for a column Gram, X = U^T), then the chosen policy's engine form, which
+  /// forms U again.
+  template <class E, class WS, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o,
+                                                       State<typename WS::Scalar>& s, Index m, Index n,
+                                                       Layout layout, FormU&& form_u) {
+    using T = typename WS::Scalar;
+    const bool exact = choose(s, o, [&] {
+      const Index k = column_gram ? n : m, l = column_gram ? m : n;
+      const detail::Strided<T> x = detail::col_major(WS::ptr(ws.u), k, l);  // P = X X^T
+      if (k >= 2) form_u(column_gram ? x.t() : x);
+      return detail::gram_dominance(e, x, WS::ptr(ws.gram), ws.dominance, GramSide::Rows);
+    });
+    if (exact) return Exact::apply_on(e, ws, o.exact, m, n, layout, form_u);
+    return Cheap::apply_on(e, ws, o.cheap, m, n, layout, form_u);
+  }
+
+  /// The policy's rule, shared by every backend (apply_on measures on the engine): on a check (every `every` calls,
+  /// the first included) `measure()` returns the diagonal dominance of U's Gram (U^T U when column_gram) and sets the
+  /// choice; counts the call; true when Exact runs this call.
   template <class T, class Measure>
   static bool choose(State<T>& s, const Options& o, Measure&& measure) {
     if (s.calls % o.every == 0) {

@@ -30,6 +30,7 @@
 
 #include <Eigen/Eigenvalues>
 
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parse.hpp"
 #include "matopt/diagnostics/ns_analysis.hpp"
@@ -195,6 +196,36 @@ struct AutoSteps {
     ws.run = o;
     ws.run.schedule.steps = advance(s);
     Inner::template apply<T>(u, ws.run, ws, sink);
+  }
+
+  /// The engine form (core/detail/engine_form.hpp): Orthogonalize's, and U's host copy for a check step.
+  template <class WS>
+  static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
+    Inner::reserve_on(ws, o, m, n);
+    ws.grow(ws.u, m * n);
+    ws.host_u.reserve(m * n);
+  }
+  /// plans_now, plan and advance (the State above) with U formed in the workspace and downloaded on a check step
+  /// (m n elements every plan_every steps, planned on the host), then Orthogonalize's engine form with the planned
+  /// step count, which forms U again.
+  template <class E, class WS, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o,
+                                                       State<typename WS::Scalar>& s, Index m, Index n,
+                                                       Layout layout, FormU&& form_u) {
+    using T = typename WS::Scalar;
+    if (plans_now(o, s)) {
+      const detail::Strided<T> u = detail::form_in_workspace(ws, m, n, layout, form_u);
+      e.download(static_cast<const T*>(u.data), m * n, ws.host_u.data());
+      if (layout == Layout::RowMajor)
+        plan(ws.host_u.template matrix<Eigen::RowMajor>(m, n), o, s);
+      else
+        plan(ws.host_u.template matrix<Eigen::ColMajor>(m, n), o, s);
+    }
+    // The options with the planned step count: assigned in place, so that a step allocates nothing once warm.
+    thread_local typename Inner::Options run;
+    run = o;
+    run.schedule.steps = advance(s);
+    return Inner::apply_on(e, ws, run, m, n, layout, form_u);
   }
 };
 

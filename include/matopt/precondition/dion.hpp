@@ -30,6 +30,7 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parse.hpp"
 #include "matopt/core/detail/strided.hpp"
@@ -183,6 +184,51 @@ struct DionPowerIteration {
         detail::col_major(p.data(), rows, r), detail::col_major(rr.data(), cols, r),
         detail::strided(d.data(), m, n, layout), o, ws.f.vector(r).data());
     sink(d);
+  }
+
+  /// The engine form (core/detail/engine_form.hpp): the State's M and Q live in engine memory (M in W's storage
+  /// order, then Q, min(m, n) x r column-major); the host State keeps the rank. A checkpoint fills M and Q in a copy
+  /// of the host State.
+  static constexpr bool engine_state = true;
+  /// The State's fields that live in engine memory: M, then Q.
+  template <class T, class F>
+  static void engine_fields(State<T>& s, F&& f) {
+    f(s.momentum);
+    f(s.q);
+  }
+  /// The rank of make_state must be the one these options give (check_state).
+  template <class T>
+  static void check_engine_state(const State<T>& s, Index, const Options& o, Index m, Index n,
+                                 std::string_view where) {
+    check_state(s, o, m, n, where);
+  }
+  /// U = G (then D), P and R in engine memory, P's host copy and Q's column factors on the host.
+  template <class WS>
+  static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
+    const Index r = rank(o, m, n), rows = std::max(m, n), cols = std::min(m, n);
+    ws.grow(ws.u, m * n);
+    ws.grow(ws.a, rows * r);
+    ws.grow(ws.b, cols * r);
+    ws.grow(ws.scale, r);
+    ws.host_u.reserve(rows * r);
+    ws.host_lines.reserve(r);
+  }
+  /// D (in ws.u, W's storage order) for U = G, with M and Q at `state` (updated in place): run() with the products
+  /// on the engine and the thin Q factor of P's Householder QR on a host copy of P (on_host: max(m, n) r elements
+  /// each way per step). The products run in the engine's precision.
+  template <class E, class WS, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o,
+                                                       const State<typename WS::Scalar>& s,
+                                                       typename WS::Scalar* state, Index m, Index n, Layout layout,
+                                                       FormU&& form_u) {
+    using T = typename WS::Scalar;
+    const Index r = Index(s.rank), rows = std::max(m, n), cols = std::min(m, n);
+    const detail::Strided<T> d = detail::form_in_workspace(ws, m, n, layout, form_u);  // U = G, then D in its place
+    detail::PolicyEngine<T, E, WS> pe{e, ws, layout};
+    run(pe, detail::strided(state, m, n, layout), detail::col_major(state + m * n, cols, r),
+        detail::col_major(WS::ptr(ws.a), rows, r), detail::col_major(WS::ptr(ws.b), cols, r), d, o,
+        ws.host_lines.data());
+    return d;
   }
 };
 

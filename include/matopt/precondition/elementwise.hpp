@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "matopt/config.hpp"
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/distributed/plan.hpp"
 
 namespace matopt {
@@ -27,6 +28,11 @@ struct StatelessPreconditioner {
   static void describe(O&, D&) {}
   /// The planner's cost (distributed/plan.hpp): m n, one pass over the entries.
   static double cost(Index m, Index n) { return elementwise_cost(m, n); }
+  /// The engine form (core/detail/engine_form.hpp): U in the workspace.
+  template <class WS>
+  static void reserve_on(WS& ws, const Options&, Index m, Index n) {
+    ws.grow(ws.u, m * n);
+  }
 };
 }  // namespace detail
 
@@ -39,6 +45,12 @@ struct Identity : detail::StatelessPreconditioner {
   static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
     sink(u);
   }
+  /// D = U, formed in the workspace in W's order.
+  template <class E, class WS, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E&, WS& ws, const Options&, Index m, Index n, Layout layout,
+                                                       FormU&& form_u) {
+    return detail::form_in_workspace(ws, m, n, layout, form_u);
+  }
 };
 
 /// D = sign(U), with sign(0) = 0 (signSGD / signum). No options, workspace or state.
@@ -49,6 +61,14 @@ struct Sign : detail::StatelessPreconditioner {
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
     sink(u.cwiseSign());
+  }
+  /// D = sign(U), in place on U formed in the workspace in W's order.
+  template <class E, class WS, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options&, Index m, Index n, Layout layout,
+                                                       FormU&& form_u) {
+    const auto u = detail::form_in_workspace(ws, m, n, layout, form_u);
+    e.sign(u);
+    return u;
   }
 };
 

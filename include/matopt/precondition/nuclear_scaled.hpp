@@ -14,6 +14,7 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/traits.hpp"
 
 namespace matopt {
@@ -63,6 +64,26 @@ struct NuclearScaled {
       detail::HostEngine e;
       scale_by_trace(e, u, d, sink);
     });
+  }
+
+  /// The engine form (core/detail/engine_form.hpp): Inner's, and U formed again.
+  template <class WS>
+  static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
+    Inner::reserve_on(ws, o, m, n);
+    ws.grow(ws.u2, m * n);
+  }
+  /// D = Inner(U), then scale_by_trace with the engine's policy operations. U is formed again into ws.u2, laid out
+  /// as D (which Inner returns dense), so tr(D^T U) is a plain dot product of m n elements.
+  template <class E, class WS, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o, Index m, Index n,
+                                                       Layout layout, FormU&& form_u) {
+    using T = typename WS::Scalar;
+    const detail::Strided<T> d = Inner::apply_on(e, ws, o, m, n, layout, form_u);
+    const detail::Strided<T> u = detail::laid_out_as(WS::ptr(ws.u2), d);
+    form_u(u);
+    detail::PolicyEngine<T, E, WS> pe{e, ws, layout};
+    scale_by_trace(pe, detail::Strided<const T>(u), d, [](const detail::Strided<T>&) {});
+    return d;
   }
 };
 

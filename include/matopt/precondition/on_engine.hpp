@@ -18,6 +18,7 @@
 #include <Eigen/Core>
 
 #include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/detail/workspace.hpp"
 
@@ -63,6 +64,20 @@ struct OnEngine {
     detail::HostEngine engine;
     Policy::run(engine, d, o, m, n);
     sink(d);
+  }
+
+  /// The engine form (core/detail/engine_form.hpp): U in the workspace.
+  template <class WS>
+  static void reserve_on(WS& ws, const Options&, Index m, Index n) {
+    ws.grow(ws.u, m * n);
+  }
+  /// D = Policy::run(e, U), in place on U formed in the workspace in W's order.
+  template <class E, class WS, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o, Index m, Index n,
+                                                       Layout layout, FormU&& form_u) {
+    auto u = detail::form_in_workspace(ws, m, n, layout, form_u);
+    Policy::run(e, u, o, m, n);
+    return u;
   }
 };
 

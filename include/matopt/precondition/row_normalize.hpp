@@ -10,6 +10,7 @@
 
 #include <string_view>
 
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/norms.hpp"
 #include "matopt/core/detail/parse.hpp"
@@ -77,6 +78,24 @@ struct NormalizeLines {
       sink(u * scale.asDiagonal());
     else
       sink(scale.asDiagonal() * u);
+  }
+
+  /// The engine form (core/detail/engine_form.hpp): U in the workspace and one scale per line.
+  template <class WS>
+  static void reserve_on(WS& ws, const Options&, Index m, Index n) {
+    ws.grow(ws.u, m * n);
+    ws.grow(ws.scale, Columns ? n : m);
+  }
+  /// D = U / max(||U_i||, eps) per row, or per column as the rows of U^T, in place on U formed in W's order.
+  template <class E, class WS, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o, Index m, Index n,
+                                                       Layout layout, FormU&& form_u) {
+    using T = typename WS::Scalar;
+    const detail::Strided<T> u = detail::form_in_workspace(ws, m, n, layout, form_u);
+    const detail::Strided<T> lines = Columns ? u.t() : u;
+    e.inverse_row_norms(detail::Strided<const T>(lines), T(o.eps), WS::ptr(ws.scale));  // 1 / max(||line||, eps)
+    e.scale_rows(lines, static_cast<const T*>(WS::ptr(ws.scale)));
+    return u;
   }
 
   /// The whole step in one pass (Static scaling, contiguous W, G, V of layout L): see fused_normalize.hpp.

@@ -15,8 +15,8 @@
 // Per-head (heads, split_sizes, split_groups of an Orthogonalize Inner: row_blocks.hpp): each block of rows is
 // a parameter of its own, with its own S, its own Frobenius rescale (NorMuon: dion's NorMuon with num_heads)
 // and its own ||G||_F (NAMO); S holds the blocks' states one after another.
-// Each moment is written once with engine operations (detail::HostEngine on the host, DevicePolicyEngine on a device
-// engine), so a moment of one's own steps on every engine.
+// Each moment is written once with engine operations (detail::HostEngine on the host, detail::PolicyEngine on an
+// engine over views), so a moment of one's own steps on every engine.
 // Every eps is added to a norm, never a divisor on its own: a zero gradient or a zero direction gives D' = 0,
 // not 0/0 (dion#24). The state (S) is the parameter's and goes into checkpoints.
 
@@ -31,6 +31,7 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/norms.hpp"
 #include "matopt/core/detail/parse.hpp"
@@ -88,11 +89,6 @@ auto input_norm(F f) {
   if constexpr (M::reads_input_norm) return f;
   else return UndeclaredInputNorm<T>{};
 }
-/// M::engine_state, false where M declares none (check_moment then says what to add).
-template <class M, class = void>
-inline constexpr bool moment_engine_state_v = false;
-template <class M>
-inline constexpr bool moment_engine_state_v<M, std::void_t<decltype(M::engine_state)>> = M::engine_state;
 }  // namespace detail
 
 /// The second moments of SecondMoment: NorMuon (per row), AdaMuon (per entry) and Namo (one scalar)
@@ -387,6 +383,64 @@ struct SecondMoment {
       Inner::template apply<T>(u.array().sign().matrix(), inner, ws, moment);
     else
       Inner::template apply<T>(u, inner, ws, moment);
+  }
+
+ public:
+  /// The engine form (core/detail/engine_form.hpp). S lives in engine memory where the moment declares
+  /// engine_state (AdaMuon's m n entries), else in the host State (NorMuon's k line statistics go down and k factors
+  /// up each step, k = m or n).
+  static constexpr bool engine_state = detail::engine_state_v<Moment>;
+  /// The State's fields that live in engine memory: S.
+  template <class T, class F>
+  static void engine_fields(State<T>& s, F&& f) {
+    f(s.second_moment);
+  }
+  /// S, of `size` entries in engine memory, must be the size these options give.
+  template <class T>
+  static void check_engine_state(const State<T>&, Index size, const Options& o, Index m, Index n,
+                                 std::string_view where) {
+    check_state_size(size, o, m, n, where);
+  }
+  /// Whether Inner receives sign(U) (AdaMuon).
+  static constexpr bool sign_input = Moment::sign_input;
+  /// Inner's, the moment's line statistics, and U formed again where the moment reads ||U||_F.
+  template <class WS>
+  static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
+    Inner::reserve_on(ws, o, m, n);
+    ws.grow(ws.scale, Moment::workspace_size(m, n));
+    ws.host_lines.reserve(Moment::workspace_size(m, n));
+    if constexpr (Moment::reads_input_norm) ws.grow(ws.u2, m * n);
+  }
+  /// D = Inner(U) (Inner(sign U) for AdaMuon), then finish_on; S at s, ||G||_F from g_norm().
+  template <class E, class WS, class GNorm, class FormU>
+  static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o, typename WS::Scalar* s,
+                                                       GNorm&& g_norm, Index m, Index n, Layout layout,
+                                                       FormU&& form_u) {
+    using T = typename WS::Scalar;
+    const auto inner_u = [&](detail::Strided<T> target) {
+      form_u(target);
+      if constexpr (Moment::sign_input) e.sign(target);
+    };
+    const typename Inner::Options& inner = o;
+    const detail::Strided<T> d = Inner::apply_on(e, ws, inner, m, n, layout, inner_u);
+    finish_on(e, ws, o, d, s, g_norm, layout, form_u);
+    return d;
+  }
+  /// D' = Moment(D) in place with the engine's policy operations, for a D the inner preconditioner made (here, or
+  /// batched over row blocks); ||U||_F, where the moment reads it, of U formed again into ws.u2.
+  template <class E, class WS, class GNorm, class FormU>
+  static void finish_on(E& e, WS& ws, const Options& o, detail::Strided<typename WS::Scalar> d,
+                        typename WS::Scalar* s, GNorm&& g_norm, Layout layout, FormU&& form_u) {
+    using T = typename WS::Scalar;
+    detail::check_moment<Moment, T>();
+    detail::PolicyEngine<T, E, WS, Moment> pe{e, ws, layout};
+    const auto u_norm = detail::input_norm<Moment, T>([&] {
+      const detail::Strided<T> u = detail::laid_out_as(WS::ptr(ws.u2), d);
+      form_u(u);
+      return e.norm(detail::Strided<const T>(u));
+    });
+    Moment::template apply<T>(pe, d, o.moment, s, ws.host_lines.data(), g_norm, u_norm,
+                              [](const detail::Strided<T>&) {});
   }
 };
 
