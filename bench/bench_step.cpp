@@ -68,12 +68,16 @@ void BM_NS(benchmark::State& bs) {
   using P = matopt::Orthogonalize<matopt::NewtonSchulz<Schedule>>;
   typename P::Options o;
   o.dtype = Dtype;
-  typename P::template Workspace<float> ws;
-  P::reserve(ws, o, m, n);
+  matopt::detail::HostWorkspace<float> ws;  // Orthogonalize's engine form on the host engine, as Optimizer runs it
+  P::reserve_on(ws, o, m, n);
   const Mat u = Mat::Random(m, n);
+  const auto form_u = [&](matopt::detail::Strided<float> x) {  // U copied into X
+    matopt::detail::HostEngine::as_map(x, [&](auto&& target) { target = u; });
+  };
+  matopt::detail::HostEngine e;
   float sink = 0;
   for (auto _ : bs) {
-    P::template apply<float>(u, o, ws, [&](const auto& d) { sink += d(0, 0); });
+    sink += P::apply_on(e, ws, o, m, n, matopt::detail::layout_of_v<Mat>, form_u)(0, 0);
     benchmark::DoNotOptimize(sink);
   }
   rate(bs, "flops", ns_flops(double(m), double(n), o.schedule.steps));

@@ -18,7 +18,9 @@
 #include <omp.h>
 #endif
 
+#include <matopt/core/detail/engine.hpp>
 #include <matopt/core/view.hpp>
+#include <matopt/precondition/detail/engine_workspace.hpp>
 
 namespace matopt::test {
 
@@ -59,13 +61,26 @@ double rel_error(const Eigen::MatrixBase<A>& a, const Eigen::MatrixBase<B>& b) {
   return nb > 0 ? (ad - bd).norm() / nb : (ad - bd).norm();
 }
 
-/// The direction D = P(U) of a preconditioner policy, evaluated into a matrix.
+/// The direction D = P(U) of a preconditioner policy on the host, evaluated into a matrix: its host form, or its
+/// engine form on the host engine, as Optimizer runs them.
 template <class P, class T, class UMat>
 Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> precondition(const UMat& u, const typename P::Options& o = {}) {
-  typename P::template Workspace<T> ws;
-  P::reserve(ws, o, u.rows(), u.cols());
   Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> d(u.rows(), u.cols());
-  P::template apply<T>(u, o, ws, [&](const auto& dir) { d = dir; });
+  if constexpr (matopt::detail::host_engine_form_v<P, T>) {
+    matopt::detail::HostWorkspace<T> ws;
+    P::reserve_on(ws, o, u.rows(), u.cols());
+    matopt::detail::HostEngine e;
+    const auto form_u = [&](matopt::detail::Strided<T> target) {
+      matopt::detail::HostEngine::as_map(target, [&](auto&& x) { x = u; });
+    };
+    const auto dv = P::apply_on(e, ws, o, u.rows(), u.cols(), matopt::detail::layout_of_v<UMat>, form_u);
+    for (matopt::Index i = 0; i < d.rows(); ++i)
+      for (matopt::Index j = 0; j < d.cols(); ++j) d(i, j) = dv(i, j);
+  } else {
+    typename P::template Workspace<T> ws;
+    P::reserve(ws, o, u.rows(), u.cols());
+    P::template apply<T>(u, o, ws, [&](const auto& dir) { d = dir; });
+  }
   return d;
 }
 

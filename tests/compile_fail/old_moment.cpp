@@ -5,7 +5,7 @@
 // (CTest policy_checks.moment_apply_compile, the control). With -DMATOPT_UNDECLARED_NORM as well, it calls u_norm()
 // without declaring reads_input_norm, and the build stops naming the flag (CTest policy_checks.moment_input_norm).
 // With -DMATOPT_UNDECLARED_STATE instead, it keeps S for the engine's moment_normalized without declaring
-// engine_state, and the Thrust optimizer's build stops naming the flag (CTest policy_checks.moment_engine_state).
+// engine_state, and the build stops naming the flag (CTest policy_checks.moment_engine_state).
 #include <matopt/matopt.hpp>
 #if defined(MATOPT_UNDECLARED_STATE)
 #include <matopt/backend/thrust.hpp>

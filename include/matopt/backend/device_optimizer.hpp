@@ -24,6 +24,7 @@
 // The policies' states (SpectralCap's, Adaptive's, TrustRatio's) are their host State types, in host memory.
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -50,6 +51,7 @@
 #include "matopt/precondition/auto_steps.hpp"
 #include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
+#include "matopt/precondition/detail/engine_workspace.hpp"
 #include "matopt/precondition/detail/ns_algorithm.hpp"
 #include "matopt/precondition/dion.hpp"
 #include "matopt/precondition/elementwise.hpp"
@@ -82,30 +84,28 @@ void grow(thrust::device_vector<T>& v, Index size) {
   if (Index(v.size()) < size) v.resize(std::size_t(size));
 }
 
-/// The device workspace of one optimizer (sized by the largest parameter it has made state for): the buffers of the
-/// preconditioners' engine forms (core/detail/engine_form.hpp).
-template <class T>
-struct DeviceWorkspace {
-  using Scalar = T;
-  static T* ptr(thrust::device_vector<T>& v) { return raw(v); }
-  static void grow(thrust::device_vector<T>& v, Index size) { detail::grow(v, size); }
-  thrust::device_vector<T> u, x, y, a, b, q, t, scale, clean;
-  thrust::device_vector<T> u2;       ///< NuclearScaled, moments reading ||U||: U formed again
-  thrust::device_vector<T> gram;     ///< Adaptive: the k x k Gram of U
-  thrust::device_vector<T> vectors;  ///< SpectralCap: u (m elements), then v (n)
-  thrust::device_vector<T> block_w, block_g;  ///< a split_groups row block gathered for a scaling's own update
-  DiagonalDominanceWorkspace<T> dominance;  ///< Adaptive: host memory for the Gram's statistics (not in bytes())
-  Buffer<T> host_u;                          ///< ExactPolar: U in host memory (not in bytes())
-  ExactPolar::Workspace<T> polar;            ///< ExactPolar: the host SVD's buffers (not in bytes())
-  Buffer<T> host_lines;                      ///< moments' and Dion's line factors (not in bytes())
-  Buffer<T> host_norms;                      ///< row blocks of split_groups runs: the runs' norms (not in bytes())
-  /// Device bytes.
-  std::size_t bytes() const {
-    return (u.size() + x.size() + y.size() + a.size() + b.size() + q.size() + t.size() + scale.size() +
-            clean.size() + u2.size() + gram.size() + vectors.size() + block_w.size() + block_g.size()) *
-           sizeof(T);
+/// Device memory as an engine workspace's store (precondition/detail/engine_workspace.hpp).
+struct DeviceStore {
+  static constexpr bool host_memory = false;
+  template <class T>
+  using vector = thrust::device_vector<T>;
+  template <class T>
+  static T* ptr(thrust::device_vector<T>& v) {
+    return raw(v);
+  }
+  template <class T>
+  static void grow(thrust::device_vector<T>& v, Index size) {
+    detail::grow(v, size);
+  }
+  template <class T>
+  static std::size_t size(const thrust::device_vector<T>& v) {
+    return v.size();
   }
 };
+/// The device workspace of one optimizer (sized by the largest parameter it has made state for); its bytes() are
+/// the device buffers'.
+template <class T>
+using DeviceWorkspace = EngineWorkspace<T, DeviceStore>;
 
 /// Refuses ns_dtype = bfloat16 wherever a device optimizer's options hold one (the preconditioner's, or one it
 /// wraps), before the host optimizer's checks, whose bfloat16 rule is the host engine's (oneDNN).
@@ -133,15 +133,6 @@ template <class Inner, class Moment>
 struct ns_method<SecondMoment<Inner, Moment>> : ns_method<Inner> {};
 template <class P>
 using ns_method_t = typename ns_method<P>::type;
-
-/// Whether P has an engine form (core/detail/engine_form.hpp) for this workspace.
-template <class P, class WS, class = void>
-inline constexpr bool has_engine_form_v = false;
-template <class P, class WS>
-inline constexpr bool has_engine_form_v<P, WS,
-                                        std::void_t<decltype(P::reserve_on(std::declval<WS&>(),
-                                                                           std::declval<const typename P::Options&>(),
-                                                                           Index(), Index()))>> = true;
 
 }  // namespace detail
 
@@ -510,8 +501,13 @@ class DeviceOptimizer {
     if constexpr (second_moment) {
       return P::apply_on(engine_, ws_, options_.precondition, slot(state, offset), g_norm, m, n, state.layout, form_u);
     } else if constexpr (device_state) {
-      return P::apply_on(engine_, ws_, options_.precondition, state.precondition, detail::raw(state.moment), m, n,
-                         state.layout, form_u);
+      std::array<T*, 4> fields{};  // the device-resident fields, one after another in State::moment
+      Index at = 0;
+      MATOPT_ASSERT(state.moment_sizes.size() <= fields.size());
+      for (std::size_t k = 0; k < state.moment_sizes.size(); at += state.moment_sizes[k++])
+        fields[k] = detail::raw(state.moment) + at;
+      return P::apply_on(engine_, ws_, options_.precondition, state.precondition, fields.data(), m, n, state.layout,
+                         form_u);
     } else if constexpr (detail::has_policy_state_v<P, T>) {
       return P::apply_on(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
     } else {

@@ -231,6 +231,8 @@ struct ThrustEngine {
   static constexpr const char* name() { return "thrust"; }
   /// No batched Newton–Schulz (the CUDA engine's ns_batched): DeviceOptimizer steps row blocks one by one.
   static constexpr bool has_batched_ns = false;
+  /// Newton–Schulz on column-major operands (Orthogonalize's engine form lays X out so).
+  static constexpr bool any_order = false;
   /// No scratch of its own to size for m x n parameters (DeviceOptimizer::make_state calls it; Thrust's reductions
   /// allocate their temporaries).
   void reserve(Index, Index) {}

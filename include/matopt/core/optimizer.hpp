@@ -37,12 +37,18 @@
 /// - `coefficients(beta, nesterov)`: the MomentumCoefficients u_g, u_v, v_v, v_g of a step with momentum beta.
 ///
 /// @section policy_preconditioner Preconditioners (Identity, Sign, Orthogonalize, RowNormalize, ColNormalize, ...)
-/// - `Workspace<T>`: scratch shared by every parameter one optimizer steps, so that a step allocates nothing;
-///   `bytes()` is its size.
-/// - `reserve(ws, o, m, n)`: grows (never shrinks) `ws` to fit an m x n parameter (make_state calls it).
-/// - `apply<T>(u, o, ws, sink)`: computes D from the expression U (m x n) and calls `sink(D)`; D may be an
-///   expression or a view of the workspace, valid during the call. A preconditioner with per-parameter state takes
-///   it after `ws`; one that declares `reads_gradient` also takes G after U.
+/// A preconditioner has a host form, an engine form, or both (Identity, Sign, RowNormalize, ColNormalize: their host
+/// form's lazy expressions spare a pass over U). Optimizer runs the host form where there is one, else the engine
+/// form on the host engine; DeviceOptimizer runs the engine form.
+/// - Host form: `Workspace<T>` (scratch shared by every parameter one optimizer steps, so that a step allocates
+///   nothing; `bytes()` is its size), `reserve(ws, o, m, n)` (grows, never shrinks, `ws` to fit an m x n parameter;
+///   make_state calls it) and `apply<T>(u, o, ws, sink)`: computes D from the expression U (m x n) and calls
+///   `sink(D)`; D may be an expression or a view of the workspace, valid during the call. A preconditioner with
+///   per-parameter state takes it after `ws`; one that declares `reads_gradient` also takes G after U.
+/// - Engine form (core/detail/engine_form.hpp; Orthogonalize, AutoSteps, OnEngine, Adaptive, NuclearScaled,
+///   SecondMoment and DionPowerIteration have this form only): `reserve_on(ws, o, m, n)` and `apply_on(e, ws, o,
+///   [state,] m, n, layout, form_u)`, written once for every engine: form_u(target) writes U into a view of the
+///   workspace and D is returned as one.
 /// - `State<T>` (optional): per-parameter state (Optimizer::State::precondition), with `fields(f)` (every field,
 ///   for checkpoints) and `bytes()`; `init_state(state, o, m, n)` sizes it.
 /// - Optional: `has_fused_step` and `fused_step` (the whole step in one pass under Static scaling), `splits_rows`
@@ -50,9 +56,10 @@
 ///   options, checked before a step).
 ///
 /// @section policy_method Orthogonalization methods of Orthogonalize (NewtonSchulz, GramNewtonSchulz, ExactPolar)
-/// - `Workspace<T>` with `input<Order>(rows, cols)`: where Orthogonalize writes the r x s input (r <= s).
-/// - `reserve(ws, o, r, s)`: sizes the workspace for r x s inputs.
-/// - `run<T, Order>(r, s, o, ws)`: the (approximate) polar factor of the input, a view of the workspace.
+/// - NewtonSchulz: `Options` (the schedule, variant and precision) and `uses_gram(o, r, s)`; the iteration is
+///   precondition/detail/ns_algorithm.hpp on the engine's products.
+/// - ExactPolar: `Workspace<T>`, `reserve(ws, o, r, s)` and `run<T, Order>(r, s, o, ws)`, the polar factor of the
+///   r x s input (r <= s) in its x, by an SVD on the host.
 ///
 /// @section policy_moment Second moments of SecondMoment (namespace moments)
 /// - `sign_input`: whether the inner preconditioner receives sign(U) instead of U.
@@ -76,6 +83,7 @@
 /// - `name`: the rule's name; `operator()(m, n)`: s for an m x n parameter (m = rows = fan-out, n = fan-in).
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -88,6 +96,7 @@
 #include <Eigen/Core>
 
 #include "matopt/core/detail/engine.hpp"
+#include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parallel.hpp"
 #include "matopt/core/detail/traits.hpp"
@@ -95,6 +104,7 @@
 #include "matopt/core/options.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/core/view.hpp"
+#include "matopt/precondition/detail/engine_workspace.hpp"
 #include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
@@ -324,7 +334,7 @@ class Optimizer {
       validate(options_, Defaults::name);
       const ParamStep<T> k = own_settings();
       const detail::GradAction action = check(w, g, state, k);
-      Preconditioner::reserve(workspace_, options_.precondition, w.rows(), w.cols());
+      reserve_precondition(workspace_, w.rows(), w.cols());
       reserve_block_workspaces(w.rows(), w.cols(), detail::available_threads());
       run(w, g.derived(), action, state, workspace_, k);
     }
@@ -369,8 +379,8 @@ class Optimizer {
   /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest), plus
   /// the per-thread workspaces of the batched step (sized by the largest small parameter).
   std::size_t workspace_bytes() const {
-    std::size_t b = workspace_.bytes() + clean_.bytes() + report_w_.bytes() + report_u_.bytes();
-    for (const auto& ws : thread_workspaces_) b += ws.bytes();
+    std::size_t b = bytes_of(workspace_) + clean_.bytes() + report_w_.bytes() + report_u_.bytes();
+    for (const auto& ws : thread_workspaces_) b += bytes_of(ws);
     return b;
   }
 
@@ -391,7 +401,34 @@ class Optimizer {
   static std::string option_keys() { return detail::option_keys<Optimizer>(); }
 
  private:
-  using Workspace = typename Preconditioner::template Workspace<T>;
+  /// Whether the preconditioner steps through its engine form on the host (detail::host_engine_form_v: the
+  /// composites), with detail::HostEngine on a HostWorkspace; the others run their host form on Eigen expressions.
+  static constexpr bool engine_form = detail::host_engine_form_v<Preconditioner, T>;
+  static_assert(!engine_form || detail::has_engine_form_v<Preconditioner, detail::HostWorkspace<T>>,
+                "matopt::Optimizer<T, Preconditioner, ...>: a preconditioner declares a host form (`template <class "
+                "T> struct Workspace` with `std::size_t bytes() const`, `template <class T> static void "
+                "reserve(Workspace<T>&, const Options&, Index m, Index n)` and `apply`: docs/extending.md) or an "
+                "engine form (`template <class WS> static void reserve_on(WS&, const Options&, Index m, Index n)` and "
+                "`apply_on`: core/detail/engine_form.hpp)");
+  using Workspace = detail::host_workspace_t<Preconditioner, T>;
+
+  /// Sizes ws for an m x n parameter (and, for an engine form, for each of its row blocks).
+  void reserve_precondition(Workspace& ws, Index m, Index n) {
+    if constexpr (engine_form) {
+      Preconditioner::reserve_on(ws, options_.precondition, m, n);
+      if constexpr (detail::splits_rows_v<Preconditioner>) {
+        const RowBlocks& b = options_.precondition;
+        if (b.blocked() && b.fits(m))
+          b.for_each(m, [&](const RowSet& r) { Preconditioner::reserve_on(ws, options_.precondition, r.size(), n); });
+      }
+    } else {
+      Preconditioner::reserve(ws, options_.precondition, m, n);
+    }
+  }
+  static std::size_t bytes_of(const Workspace& ws) {
+    if constexpr (engine_form) return ws.bytes() + ws.host_bytes();
+    else return ws.bytes();
+  }
 
   // Defined below the class, not inline: linked with matopt::runtime, presets.hpp declares them extern for the
   // runtime's presets, and a file that steps a preset then compiles none of its step (src/runtime_presets.hpp).
@@ -435,11 +472,11 @@ class Optimizer {
   /// Sizes the shared workspace for an m x n parameter, and for small ones a workspace per extra thread (for
   /// row blocks stepped in parallel: a workspace per extra thread sized for the blocks).
   void reserve_workspaces(Index m, Index n, int threads) {
-    Preconditioner::reserve(workspace_, options_.precondition, m, n);
+    reserve_precondition(workspace_, m, n);
     if (options_.non_finite == NonFinite::Zero) clean_.reserve(m * n);
     if (small(m, n)) {
       if (thread_workspaces_.size() + 1 < std::size_t(threads)) thread_workspaces_.resize(std::size_t(threads - 1));
-      for (auto& ws : thread_workspaces_) Preconditioner::reserve(ws, options_.precondition, m, n);
+      for (auto& ws : thread_workspaces_) reserve_precondition(ws, m, n);
     }
     reserve_block_workspaces(m, n, threads);
   }
@@ -461,7 +498,7 @@ class Optimizer {
     if (thread_workspaces_.size() + 1 < std::size_t(threads)) thread_workspaces_.resize(std::size_t(threads - 1));
     if constexpr (detail::splits_rows_v<Preconditioner>)
       options_.precondition.for_each(m, [&](const RowSet& b) {
-        for (auto& ws : thread_workspaces_) Preconditioner::reserve(ws, options_.precondition, b.size(), n);
+        for (auto& ws : thread_workspaces_) reserve_precondition(ws, b.size(), n);
       });
   }
 
@@ -568,22 +605,74 @@ class Optimizer {
       detail::HostEngine engine;
       Scaling::update(engine, w, d, g, state.scaling, options_.scaling, lr, lambda);
     };
-    auto precondition = [&](const auto& u) {
-      if constexpr (detail::reads_gradient_v<Preconditioner>)
-        Preconditioner::template apply<T>(u, g, options_.precondition, ws, state.precondition, update);
-      else if constexpr (detail::has_policy_state_v<Preconditioner, T>)
-        Preconditioner::template apply<T>(u, options_.precondition, ws, state.precondition, update);
-      else
-        Preconditioner::template apply<T>(u, options_.precondition, ws, update);
-    };
-    if constexpr (MomentumPolicy::has_buffer) {
-      Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), w.rows(), w.cols());
-      precondition(c.u_g * g + c.u_v * v);
-      v = c.v_v * v + c.v_g * g;
+    Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
+                                                   MomentumPolicy::has_buffer ? w.cols() : 0);
+    if constexpr (engine_form) {
+      update(direction<layout>(precondition_on(ws, state, 0, w.rows(), w.cols(), layout, form_u(g, v),
+                                               [&] { return detail::robust_norm(g); })));
     } else {
-      precondition(g);
+      auto precondition = [&](const auto& u) {
+        if constexpr (detail::reads_gradient_v<Preconditioner>)
+          Preconditioner::template apply<T>(u, g, options_.precondition, ws, state.precondition, update);
+        else if constexpr (detail::has_policy_state_v<Preconditioner, T>)
+          Preconditioner::template apply<T>(u, options_.precondition, ws, state.precondition, update);
+        else
+          Preconditioner::template apply<T>(u, options_.precondition, ws, update);
+      };
+      if constexpr (MomentumPolicy::has_buffer)
+        precondition(c.u_g * g + c.u_v * v);
+      else
+        precondition(g);
     }
+    if constexpr (MomentumPolicy::has_buffer) v = c.v_v * v + c.v_g * g;
     ++state.steps;
+  }
+
+  /// form_u of an engine form: writes U = u_g G + u_v V into the view it is given (the momentum's lazy expression,
+  /// evaluated once).
+  template <class GMat, class VMat>
+  auto form_u(const GMat& g, const VMat& v) const {
+    return [&](detail::Strided<T> target) {
+      detail::HostEngine::as_map(target, [&](auto&& u) {
+        if constexpr (MomentumPolicy::has_buffer) {
+          const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
+          u = c.u_g * g + c.u_v * v;
+        } else {
+          u = g;
+        }
+      });
+    };
+  }
+  /// D of an engine form on the host engine, for an m x n parameter or row block whose U form_u writes; `offset`:
+  /// the block's first entry of a second moment's S; g_norm() returns ||G||_F (NAMO).
+  template <class FormU, class GNorm>
+  detail::Strided<T> precondition_on(Workspace& ws, State& state, Index offset, Index m, Index n, Layout layout,
+                                     FormU&& form_u, GNorm&& g_norm) {
+    using P = Preconditioner;
+    detail::HostEngine e;
+    const auto& o = options_.precondition;
+    if constexpr (detail::reads_gradient_v<P>) {
+      return P::apply_on(e, ws, o, state.precondition.second_moment.data() + offset, g_norm, m, n, layout, form_u);
+    } else if constexpr (detail::engine_state_v<P>) {
+      std::array<T*, 4> fields{};  // the fields P keeps in the engine's memory: here the State's own
+      std::size_t k = 0;
+      P::template engine_fields<T>(state.precondition, [&](auto& field) {
+        MATOPT_ASSERT(k < fields.size());
+        fields[k++] = field.data();
+      });
+      return P::apply_on(e, ws, o, state.precondition, fields.data(), m, n, layout, form_u);
+    } else if constexpr (detail::has_policy_state_v<P, T>) {
+      return P::apply_on(e, ws, o, state.precondition, m, n, layout, form_u);
+    } else {
+      return P::apply_on(e, ws, o, m, n, layout, form_u);
+    }
+  }
+  /// An engine form's D (in W's storage order, dense: Orthogonalize lays X out so on the host) as an Eigen map.
+  template <Layout L>
+  static Eigen::Map<const detail::DynamicMatrix<T, L>> direction(detail::Strided<T> d) {
+    MATOPT_ASSERT(L == Layout::RowMajor ? d.cs == 1 && (d.rs == d.cols || d.rows <= 1)
+                                        : d.rs == 1 && (d.cs == d.rows || d.cols <= 1));
+    return {d.data, d.rows, d.cols};
   }
 
   /// apply() for a preconditioner that splits W's rows into blocks (heads, split_sizes, split_groups): each block
@@ -607,17 +696,32 @@ class Optimizer {
         detail::HostEngine engine;
         Scaling::update(engine, wb, d, gb, state.scaling, options_.scaling, lr, lambda);
       };
-      auto precondition = [&](const auto& u) {
-        if constexpr (detail::has_policy_state_v<Preconditioner, T>)
-          Preconditioner::template apply_block<T>(rows, w.rows(), u, gb, options_.precondition, block_ws,
-                                                  state.precondition, update);
+      if constexpr (engine_form) {
+        Index offset = 0;  // the block's share of a second moment's S: the blocks' states lie in block order
+        if constexpr (detail::reads_gradient_v<Preconditioner>)
+          for (Index j = 0; j < i; ++j)
+            offset += Preconditioner::block_state_size(blocks.block(w.rows(), j).size(), w.cols());
+        const auto run = [&](const auto& vb) {
+          update(direction<layout>(precondition_on(block_ws, state, offset, rows.size(), w.cols(), layout,
+                                                   form_u(gb, vb), [&] { return detail::robust_norm(gb); })));
+        };
+        if constexpr (MomentumPolicy::has_buffer)
+          run(v(rows, Eigen::all));
         else
-          Preconditioner::template apply<T>(u, options_.precondition, block_ws, update);
-      };
-      if constexpr (MomentumPolicy::has_buffer)
-        precondition(c.u_g * gb + c.u_v * v(rows, Eigen::all));
-      else
-        precondition(gb);
+          run(gb);  // not read: U = G
+      } else {
+        auto precondition = [&](const auto& u) {
+          if constexpr (detail::has_policy_state_v<Preconditioner, T>)
+            Preconditioner::template apply_block<T>(rows, w.rows(), u, gb, options_.precondition, block_ws,
+                                                    state.precondition, update);
+          else
+            Preconditioner::template apply<T>(u, options_.precondition, block_ws, update);
+        };
+        if constexpr (MomentumPolicy::has_buffer)
+          precondition(c.u_g * gb + c.u_v * v(rows, Eigen::all));
+        else
+          precondition(gb);
+      }
     };
     if (parallel_blocks(w.rows())) {
       [[maybe_unused]] const detail::SerialEngineScope serial;
@@ -699,7 +803,7 @@ void Optimizer<T, P, M, S, D>::step_map(detail::StepMap<T, L> w, detail::StepMap
   validate(options_, D::name);
   const ParamStep<T> k = own_settings();
   const detail::GradAction action = check(w, g, state, k);
-  P::reserve(workspace_, options_.precondition, w.rows(), w.cols());  // no-op unless another optimizer made state
+  reserve_precondition(workspace_, w.rows(), w.cols());  // no-op unless another optimizer made state
   reserve_block_workspaces(w.rows(), w.cols(), detail::available_threads());  // likewise
   run(w, g, action, state, workspace_, k);
 }

@@ -125,7 +125,6 @@ DiagonalDominance dominance_of_gram(const Eigen::Map<typename Buffer<Acc>::Matri
   return out;
 }
 
-
 /// Diagonal dominance of P = X X^T for a column-major k x l X in engine memory: P formed by the engine (gram_lower:
 /// SYRK in T's own precision, whatever the engine's product precision) in the k x k engine scratch p, copied into
 /// host_ws and summarized by dominance_of_gram. The one implementation behind diagonal_dominance(engine, view)

@@ -59,6 +59,7 @@
 #include "matopt/distributed/communicator.hpp"
 #include "matopt/distributed/plan.hpp"
 #include "matopt/precondition/col_normalize.hpp"
+#include "matopt/precondition/detail/engine_workspace.hpp"
 #include "matopt/precondition/row_normalize.hpp"
 #include "matopt/serialization/checkpoint.hpp"
 
@@ -530,7 +531,7 @@ class ShardedOptimizer {
   std::vector<T> send_, recv_, gather_;
   std::vector<std::size_t> owned_;
   std::vector<State> states_;
-  typename Preconditioner::template Workspace<T> ws_{};
+  detail::host_workspace_t<Preconditioner, T> ws_{};  ///< the row-sharded fused step's
   std::optional<Opt> scratch_;
   CommCounters last_step_;
 };

@@ -13,8 +13,8 @@
 //   Exact  otherwise,
 // keeping the choice until the next check. For ColNormalize as the cheap policy the Gram is U^T U.
 //
-// Cost: a check is a symmetric rank update of P (m^2 n / 2 multiply-adds, less than one NS5 iteration) and,
-// for a non-plain U, one evaluation of U; it may allocate Eigen's packing buffers. Between checks a step
+// Cost: a check is a symmetric rank update of P (m^2 n / 2 multiply-adds, less than one NS5 iteration) and one
+// evaluation of U into the workspace; it may allocate Eigen's packing buffers. Between checks a step
 // costs what the chosen policy costs. The decision, the measured r_min and the number of switches are
 // in the parameter's state (and in checkpoints).
 
@@ -82,32 +82,8 @@ struct Adaptive {
     }
   };
 
-  /// Both policies' workspaces and the measurement's.
-  template <class T>
-  struct Workspace {
-    /// Cheap's workspace.
-    typename Cheap::template Workspace<T> cheap;
-    /// Exact's workspace.
-    typename Exact::template Workspace<T> exact;
-    /// Scratch of the diagonal-dominance measurement.
-    DiagonalDominanceWorkspace<T> dominance;
-    /// Bytes held.
-    std::size_t bytes() const { return cheap.bytes() + exact.bytes() + dominance.bytes(); }
-  };
-
   /// Whether the dominance is measured on U^T U (Cheap is ColNormalize) rather than on U U^T.
   static constexpr bool column_gram = std::is_same_v<Cheap, ColNormalize>;
-
-  /// Sizes both policies' workspaces and the measurement's for an m x n parameter.
-  template <class T>
-  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
-    Cheap::reserve(ws.cheap, o.cheap, m, n);
-    Exact::reserve(ws.exact, o.exact, m, n);
-    if (column_gram)
-      ws.dominance.template reserve<T>(n, m);
-    else
-      ws.dominance.template reserve<T>(m, n);
-  }
 
   /// The switching rule's options (core/options.hpp), then Cheap's and Exact's; Exact steps the whole matrix.
   template <class O, class D>
@@ -122,26 +98,17 @@ struct Adaptive {
       });
   }
 
-  /// Calls sink(D) with D from Exact or Cheap, as the state's choice says (measured again on a check step).
-  template <class T, class UExpr, class Sink>
-  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
-    const bool exact = choose(s, o, [&] {
-      return column_gram ? diagonal_dominance(u.transpose(), ws.dominance) : diagonal_dominance(u, ws.dominance);
-    });
-    if (exact)
-      Exact::template apply<T>(u, o.exact, ws.exact, sink);
-    else
-      Cheap::template apply<T>(u, o.cheap, ws.cheap, sink);
-  }
-
   /// The engine form (core/detail/engine_form.hpp): both policies', U's k x k Gram and its host statistics.
   template <class WS>
   static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
+    static_assert(detail::has_engine_form_v<Cheap, WS> && detail::has_engine_form_v<Exact, WS>,
+                  "matopt::Adaptive<Cheap, Exact>: each policy needs an engine form: `reserve_on` and `apply_on` "
+                  "(core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
     Cheap::reserve_on(ws, o.cheap, m, n);
     Exact::reserve_on(ws, o.exact, m, n);
     const Index k = column_gram ? n : m;
     ws.grow(ws.u, m * n);
-    ws.grow(ws.gram, k * k);
+    if constexpr (!WS::host_memory) ws.grow(ws.gram, k * k);  // the host engine forms it in ws.dominance's own
     ws.dominance.template reserve<typename WS::Scalar>(k, column_gram ? m : n);
   }
   /// choose() with r_min of U's Gram measured on the engine (detail::gram_dominance: U formed into ws.u, free until
@@ -156,7 +123,9 @@ struct Adaptive {
       const Index k = column_gram ? n : m, l = column_gram ? m : n;
       const detail::Strided<T> x = detail::col_major(WS::ptr(ws.u), k, l);  // P = X X^T
       if (k >= 2) form_u(column_gram ? x.t() : x);
-      return detail::gram_dominance(e, x, WS::ptr(ws.gram), ws.dominance, GramSide::Rows);
+      ws.dominance.template reserve<T>(k, l);  // (no-op once reserved) before its buffer is taken
+      T* p = WS::host_memory ? ws.dominance.gram.data() : WS::ptr(ws.gram);
+      return detail::gram_dominance(e, x, p, ws.dominance, GramSide::Rows);
     });
     if (exact) return Exact::apply_on(e, ws, o.exact, m, n, layout, form_u);
     return Cheap::apply_on(e, ws, o.cheap, m, n, layout, form_u);

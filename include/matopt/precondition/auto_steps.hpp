@@ -79,11 +79,6 @@ struct AutoSteps {
     double plan_tau = 0.5;       ///< band the tracked direction must reach (NsPlanOptions::tau)
     int plan_max_steps = 10;     ///< the most NS steps a plan may choose
   };
-  /// Orthogonalize's workspace and a copy of the options holding the planned step count.
-  template <class T>
-  struct Workspace : Inner::template Workspace<T> {
-    typename Inner::Options run;  ///< the options with the planned step count (assigned in place: no allocation)
-  };
   /// Per parameter: the plan in use and what the last check measured.
   template <class T>
   struct State {
@@ -140,13 +135,6 @@ struct AutoSteps {
   /// "AutoSteps<Orthogonalize<Method>>".
   static std::string identity() { return std::string("AutoSteps<") + detail::policy_identity<Inner>() + ">"; }
 
-  /// Sizes Orthogonalize's workspace for an m x n parameter, and the options' copy.
-  template <class T>
-  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
-    Inner::reserve(ws, o, m, n);
-    ws.run = o;  // sizes the copy's vectors once
-  }
-
   /// Throws std::invalid_argument for a bad Orthogonalize option, row blocks, AOL, ns_steps above max_plan_steps,
   /// The options (core/options.hpp): ns_steps (also `auto`, what this policy is), the plan's, then Inner's; no row
   /// blocks and no AOL start (a plan is made for the whole, Frobenius-normalized matrix).
@@ -188,25 +176,15 @@ struct AutoSteps {
     return static_cast<int>(s.ns_steps);
   }
 
-  /// Calls sink(D) with D the m x n orthogonalized direction of U, by K planned NS steps. (DeviceOptimizer runs the
-  /// same plans_now, plan and advance, with U downloaded on a check step: backend/device_optimizer.hpp.)
-  template <class T, class UExpr, class Sink>
-  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, State<T>& s, Sink&& sink) {
-    if (plans_now(o, s)) plan(u, o, s);
-    ws.run = o;
-    ws.run.schedule.steps = advance(s);
-    Inner::template apply<T>(u, ws.run, ws, sink);
-  }
-
   /// The engine form (core/detail/engine_form.hpp): Orthogonalize's, and U's host copy for a check step.
   template <class WS>
   static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
     Inner::reserve_on(ws, o, m, n);
     ws.grow(ws.u, m * n);
-    ws.host_u.reserve(m * n);
+    detail::reserve_host(ws, ws.host_u, m * n);
   }
-  /// plans_now, plan and advance (the State above) with U formed in the workspace and downloaded on a check step
-  /// (m n elements every plan_every steps, planned on the host), then Orthogonalize's engine form with the planned
+  /// plans_now, plan and advance (the State above) with U formed in the workspace, read on the host on a check step
+  /// (a device downloads m n elements every plan_every steps), then Orthogonalize's engine form with the planned
   /// step count, which forms U again.
   template <class E, class WS, class FormU>
   static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o,
@@ -215,17 +193,13 @@ struct AutoSteps {
     using T = typename WS::Scalar;
     if (plans_now(o, s)) {
       const detail::Strided<T> u = detail::form_in_workspace(ws, m, n, layout, form_u);
-      e.download(static_cast<const T*>(u.data), m * n, ws.host_u.data());
+      const T* host = detail::host_readable(e, ws, ws.host_u, static_cast<const T*>(u.data), m * n);
       if (layout == Layout::RowMajor)
-        plan(ws.host_u.template matrix<Eigen::RowMajor>(m, n), o, s);
+        plan(Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(host, m, n), o, s);
       else
-        plan(ws.host_u.template matrix<Eigen::ColMajor>(m, n), o, s);
+        plan(Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>>(host, m, n), o, s);
     }
-    // The options with the planned step count: assigned in place, so that a step allocates nothing once warm.
-    thread_local typename Inner::Options run;
-    run = o;
-    run.schedule.steps = advance(s);
-    return Inner::apply_on(e, ws, run, m, n, layout, form_u);
+    return Inner::apply_on(e, ws, o, m, n, layout, form_u, advance(s));
   }
 };
 

@@ -58,16 +58,6 @@ struct DionPowerIteration {
     int rank_multiple_of = 1;
     double eps = 1e-8;            ///< column-normalization floor of Q
   };
-  /// Scratch of the step, sized by reserve().
-  template <class T>
-  struct Workspace {
-    /// Internal scratch: P (R x r), R (C x r), D (m x n), Q's r column factors.
-    /// @{
-    detail::Buffer<T> p, r, d, f;
-    /// @}
-    /// Bytes held.
-    std::size_t bytes() const { return p.bytes() + r.bytes() + d.bytes() + f.bytes(); }
-  };
   /// Per parameter: Dion's momentum M and right factor Q at a rank fixed at make_state (all checkpointed).
   template <class T>
   struct State {
@@ -126,16 +116,6 @@ struct DionPowerIteration {
                    " and rank_multiple_of ", o.rank_multiple_of, " now give ", rank(o, m, n), " for a ",
                    detail::shape_string(m, n), " parameter");
   }
-  /// Sizes P, R and D for an m x n parameter at the rank these options give.
-  template <class T>
-  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
-    const Index r = rank(o, m, n);
-    ws.p.reserve(std::max(m, n) * r);
-    ws.r.reserve(std::min(m, n) * r);
-    ws.d.reserve(m * n);
-    ws.f.reserve(r);
-  }
-
   /// P <- the thin Q factor of P's Householder QR (dion's orthonormalize; allocates).
   template <class M>
   static void orthonormalize(M&& p) {
@@ -171,21 +151,6 @@ struct DionPowerIteration {
     if (!zero) e.gemm(T(1), p, q.t(), T(0), dt);  // D = P Q^T, in W's orientation
   }
 
-  /// Calls sink(D) for the gradient U = G: run() on the host engine, G copied into D's workspace.
-  template <class T, class UExpr, class Sink>
-  static void apply(const UExpr& g, const Options& o, Workspace<T>& ws, State<T>& st, Sink&& sink) {
-    constexpr Layout layout = detail::layout_of_v<UExpr>;
-    const Index m = g.rows(), n = g.cols(), r = Index(st.rank), rows = std::max(m, n), cols = std::min(m, n);
-    auto d = ws.d.template matrix<detail::eigen_order_v<layout>>(m, n);
-    d = g;
-    detail::HostEngine e;
-    auto p = ws.p.matrix(rows, r), rr = ws.r.matrix(cols, r);
-    run(e, detail::strided(st.momentum.data(), m, n, layout), detail::col_major(st.q.data(), cols, r),
-        detail::col_major(p.data(), rows, r), detail::col_major(rr.data(), cols, r),
-        detail::strided(d.data(), m, n, layout), o, ws.f.vector(r).data());
-    sink(d);
-  }
-
   /// The engine form (core/detail/engine_form.hpp): the State's M and Q live in engine memory (M in W's storage
   /// order, then Q, min(m, n) x r column-major); the host State keeps the rank. A checkpoint fills M and Q in a copy
   /// of the host State.
@@ -210,22 +175,22 @@ struct DionPowerIteration {
     ws.grow(ws.a, rows * r);
     ws.grow(ws.b, cols * r);
     ws.grow(ws.scale, r);
-    ws.host_u.reserve(rows * r);
+    detail::reserve_host(ws, ws.host_u, rows * r);
     ws.host_lines.reserve(r);
   }
-  /// D (in ws.u, W's storage order) for U = G, with M and Q at `state` (updated in place): run() with the products
-  /// on the engine and the thin Q factor of P's Householder QR on a host copy of P (on_host: max(m, n) r elements
-  /// each way per step). The products run in the engine's precision.
+  /// D (in ws.u, W's storage order) for U = G, with M and Q at fields[0] and fields[1] (updated in place): run()
+  /// with the products on the engine and the thin Q factor of P's Householder QR on a host copy of P (on_host:
+  /// max(m, n) r elements each way per step on a device). The products run in the engine's precision.
   template <class E, class WS, class FormU>
   static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o,
                                                        const State<typename WS::Scalar>& s,
-                                                       typename WS::Scalar* state, Index m, Index n, Layout layout,
-                                                       FormU&& form_u) {
+                                                       typename WS::Scalar* const* fields, Index m, Index n,
+                                                       Layout layout, FormU&& form_u) {
     using T = typename WS::Scalar;
     const Index r = Index(s.rank), rows = std::max(m, n), cols = std::min(m, n);
     const detail::Strided<T> d = detail::form_in_workspace(ws, m, n, layout, form_u);  // U = G, then D in its place
     detail::PolicyEngine<T, E, WS> pe{e, ws, layout};
-    run(pe, detail::strided(state, m, n, layout), detail::col_major(state + m * n, cols, r),
+    run(pe, detail::strided(fields[0], m, n, layout), detail::col_major(fields[1], cols, r),
         detail::col_major(WS::ptr(ws.a), rows, r), detail::col_major(WS::ptr(ws.b), cols, r), d, o,
         ws.host_lines.data());
     return d;

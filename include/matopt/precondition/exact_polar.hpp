@@ -36,11 +36,6 @@ struct ExactPolar {
     /// @}
     /// Bytes held.
     std::size_t bytes() const { return x.bytes() + y.bytes(); }
-    /// Where Orthogonalize writes the r x s input (in storage order Order).
-    template <int Order>
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Order>> input(Index rows, Index cols) {
-      return x.template matrix<Order>(rows, cols);
-    }
   };
 
   /// No options.

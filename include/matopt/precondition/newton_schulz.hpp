@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/norms.hpp"
+#include "matopt/core/detail/strided.hpp"
 #include "matopt/core/options.hpp"
 #include "matopt/core/detail/workspace.hpp"
 #include "matopt/precondition/detail/ns_algorithm.hpp"
@@ -51,6 +53,21 @@ inline constexpr std::pair<const char*, NsDtype> ns_dtype_names[] = {{"float32",
 /// "float32" or "bfloat16".
 inline const char* ns_dtype_name(NsDtype d) { return checks::one_of(ns_dtype_names).name(d); }
 
+namespace detail {
+/// Newton–Schulz on Eigen maps of one storage order: with the configured GEMM engine (HostEngine), or under
+/// ns_dtype = bfloat16 with oneDNN's products (Bf16HostEngine, on the scratch bf16).
+template <class M, class Options>
+M& ns_on_host(NsMatrices<M> m, Bf16Scratch& bf16, const Options& o, bool gram, int steps = -1) {
+  if (o.dtype == NsDtype::BFloat16) {
+    bf16.reserve(m.x->size(), m.x->size());  // no-op once sized (reserve; here for ns_dtype set after make_state)
+    Bf16HostEngine engine(bf16);
+    return m.run(engine, o, gram, steps);
+  }
+  HostEngine engine;
+  return m.run(engine, o, gram, steps);
+}
+}  // namespace detail
+
 /// Newton–Schulz with the schedule `Schedule` by default (a tag of matopt::schedules); the schedule is a
 /// run-time value in Options, so a generated one (polar_express::optimal_composition) plugs in too.
 template <class Schedule = schedules::Jordan, NsVariant DefaultVariant = NsVariant::Auto>
@@ -71,23 +88,6 @@ struct NewtonSchulz {
     NsDtype dtype = NsDtype::Float32;
   };
 
-  /// Scratch of the iteration, sized by reserve().
-  template <class T>
-  struct Workspace {
-    /// Internal: the iterate X (where the input goes), its update, A = X X^T and B; q, t for Gram only.
-    /// @{
-    detail::Buffer<T> x, y, a, b, q, t;  // q, t: Gram only
-    detail::Bf16Scratch bf16;             // ns_dtype = bfloat16 only
-    /// @}
-    /// Bytes held.
-    std::size_t bytes() const {
-      return x.bytes() + y.bytes() + a.bytes() + b.bytes() + q.bytes() + t.bytes() + bf16.bytes();
-    }
-    /// Where the caller writes the input (rows * cols elements, in storage order Order).
-    template <int Order>
-    detail::DenseMap<T, Order> input(Index rows, Index cols) { return x.template matrix<Order>(rows, cols); }
-  };
-
   /// The options (core/options.hpp): the schedule's (ns_schedule, ns_steps, ns_safety, ns_eps, ns_aol), ns_variant,
   /// gram_aspect and ns_dtype; the schedule's coefficients, the Gram restarts, and bfloat16 only in a build with
   /// oneDNN on a CPU it has a bfloat16 matmul for.
@@ -105,44 +105,29 @@ struct NewtonSchulz {
     });
   }
 
-  /// Sizes the workspace for r x s inputs (r <= s) under these options.
-  template <class T>
-  static void reserve(Workspace<T>& ws, const Options& o, Index r, Index s) {
-    ws.x.reserve(r * s);
-    ws.y.reserve(r * s);
-    ws.a.reserve(r * r);
-    ws.b.reserve(r * r);
-    if (uses_gram(o, r, s)) {
-      ws.q.reserve(r * r);
-      ws.t.reserve(r * r);
-    }
-    if (o.dtype == NsDtype::BFloat16) ws.bf16.reserve(r * s, r * s);
-  }
-
   /// Whether an r x s input (r <= s) runs the Gram algorithm under these options.
   static bool uses_gram(const Options& o, Index r, Index s) {
     return o.variant == NsVariant::Gram || (o.variant == NsVariant::Auto && double(s) >= o.gram_aspect * double(r));
   }
-
-  /// Orthogonalizes the r x s input held in the workspace's input, read in storage order Order, and
-  /// returns a view of the result (in the same order; it lives in the workspace).
-  template <class T, int Order>
-  static detail::DenseMap<T, Order> run(Index r, Index s, const Options& o, Workspace<T>& ws) {
-    using M = detail::DenseMap<T, Order>;
-    const bool gram = uses_gram(o, r, s) && r > 0 && s > 0;
-    const Index k = gram ? r : 0;
-    M x = ws.x.template matrix<Order>(r, s), y = ws.y.template matrix<Order>(r, s);
-    M a = ws.a.template matrix<Order>(r, r), b = ws.b.template matrix<Order>(r, r);
-    M q = ws.q.template matrix<Order>(k, k), t = ws.t.template matrix<Order>(k, k);
-    if (o.dtype == NsDtype::BFloat16) {
-      ws.bf16.reserve(r * s, r * s);  // no-op once sized (reserve; here for ns_dtype set after make_state)
-      detail::Bf16HostEngine engine(ws.bf16);
-      return detail::NsMatrices<M>{&x, &y, &a, &b, &q, &t}.run(engine, o, gram);
-    }
-    detail::HostEngine engine;
-    return detail::NsMatrices<M>{&x, &y, &a, &b, &q, &t}.run(engine, o, gram);
-  }
 };
+
+namespace detail {
+/// Newton–Schulz on the host engine (an engine form's: Orthogonalize::apply_on): the handles, of one storage order,
+/// as Eigen maps; ns_on_host's products, bfloat16 on the workspace's scratch under ns_dtype = bfloat16.
+template <class WS, class T, class Options>
+Strided<T> newton_schulz(HostEngine&, WS& ws, NsMatrices<Strided<T>> h, const Options& o, bool gram, int steps) {
+  const auto run = [&](auto order) -> Strided<T> {
+    using M = DenseMap<T, decltype(order)::value>;
+    const auto map = [](const Strided<T>* x) { return M(x->data, x->rows, x->cols); };
+    M x = map(h.x), y = map(h.y), a = map(h.a), b = map(h.b), q = map(h.q), t = map(h.t);
+    const M& d = ns_on_host(NsMatrices<M>{&x, &y, &a, &b, &q, &t}, ws.bf16, o, gram, steps);
+    return strided(const_cast<T*>(d.data()), d.rows(), d.cols(),
+                   decltype(order)::value == Eigen::RowMajor ? Layout::RowMajor : Layout::ColMajor);
+  };
+  if (h.x->rs == 1) return run(std::integral_constant<int, Eigen::ColMajor>{});
+  return run(std::integral_constant<int, Eigen::RowMajor>{});
+}
+}  // namespace detail
 
 /// Gram Newton–Schulz (Dao-AILab) always, whatever the shape.
 template <class Schedule = schedules::Jordan>

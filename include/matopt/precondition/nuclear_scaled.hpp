@@ -26,10 +26,6 @@ template <class Inner>
 struct NuclearScaled {
   /// Inner's options.
   using Options = typename Inner::Options;
-  /// Inner's workspace.
-  template <class T>
-  using Workspace = typename Inner::template Workspace<T>;
-
   /// "NuclearScaled".
   static constexpr const char* name() { return "NuclearScaled"; }
   /// The planner's cost (distributed/plan.hpp): Inner's.
@@ -37,38 +33,24 @@ struct NuclearScaled {
   /// "NuclearScaled<Inner>".
   static std::string identity() { return std::string("NuclearScaled<") + detail::policy_identity<Inner>() + ">"; }
 
-  /// Inner's reserve().
-  template <class T>
-  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
-    Inner::reserve(ws, o, m, n);
-  }
   /// Inner's options.
   template <class O, class D>
   static void describe(O& o, D& d) {
     Inner::describe(o, d);
   }
 
-  /// sink(nu D) with nu = tr(D^T U), written once with the engine's operations (e.dot, e.scaled): the host engine on
-  /// Eigen expressions here, a device engine in DeviceOptimizer.
+  /// sink(nu D) with nu = tr(D^T U), written once with the engine's policy operations (e.dot, e.scaled).
   template <class E, class UM, class DM, class Sink>
   static void scale_by_trace(E& e, const UM& u, const DM& d, Sink&& sink) {
     e.scaled(d, e.dot(u, d), sink);
   }
 
-  /// Calls sink(nu D) with D = Inner(U). U is read again after Inner: it must be the momentum's expression
-  /// (Optimizer's), not a buffer Inner overwrites.
-  template <class T, class UExpr, class Sink>
-  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
-    static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::NuclearScaled: Inner must keep no state of its own");
-    Inner::template apply<T>(u, o, ws, [&](const auto& d) {
-      detail::HostEngine e;
-      scale_by_trace(e, u, d, sink);
-    });
-  }
-
   /// The engine form (core/detail/engine_form.hpp): Inner's, and U formed again.
   template <class WS>
   static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
+    static_assert(detail::has_engine_form_v<Inner, WS>,
+                  "matopt::NuclearScaled<Inner>: Inner needs an engine form: `reserve_on` and `apply_on` "
+                  "(core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
     Inner::reserve_on(ws, o, m, n);
     ws.grow(ws.u2, m * n);
   }
@@ -78,6 +60,7 @@ struct NuclearScaled {
   static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o, Index m, Index n,
                                                        Layout layout, FormU&& form_u) {
     using T = typename WS::Scalar;
+    static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::NuclearScaled: Inner must keep no state of its own");
     const detail::Strided<T> d = Inner::apply_on(e, ws, o, m, n, layout, form_u);
     const detail::Strided<T> u = detail::laid_out_as(WS::ptr(ws.u2), d);
     form_u(u);

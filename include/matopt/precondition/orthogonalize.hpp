@@ -3,10 +3,11 @@
 /// @file
 /// Orthogonalize: D = the polar factor of U (Muon), by Newton–Schulz or an exact SVD, optionally per row block.
 // Orthogonalize: D = polar factor of U (Muon; docs/math.md), computed by `Method` (NewtonSchulz<Schedule>,
-// GramNewtonSchulz<Schedule> or ExactPolar), which works on r x s with r = min(m, n) <= s. U is copied into
-// the workspace in its own storage order (a straight copy) and that memory is read as X = U (wide) or
-// X = U^T (tall), which is the same memory in the opposite order; D comes back as a view of the workspace in
-// U's order. So no storage order or shape costs a transposing copy, and polar(U^T) = polar(U)^T.
+// GramNewtonSchulz<Schedule> or ExactPolar), which works on r x s with r = min(m, n) <= s, written once as the
+// engine form (core/detail/engine_form.hpp) for the host and the device engines. On the host, U is formed in the
+// workspace in its own storage order (a straight copy) and that memory is read as X = U (wide) or X = U^T (tall),
+// the same memory in the opposite order; D comes back as a view of the workspace in U's order. So no storage order
+// or shape costs a transposing copy, and polar(U^T) = polar(U)^T. A device engine's X is column-major.
 
 #include <algorithm>
 #include <string>
@@ -32,10 +33,6 @@ template <class Method = NewtonSchulz<>>
 struct Orthogonalize {
   /// The method's options and the row blocks (heads, split_sizes, split_groups).
   struct Options : Method::Options, RowBlocks {};
-  /// The method's workspace.
-  template <class T>
-  using Workspace = typename Method::template Workspace<T>;
-
   /// "Orthogonalize".
   static constexpr const char* name() { return "Orthogonalize"; }
   /// The planner's cost (distributed/plan.hpp): m n min(m, n), the Newton–Schulz (or polar) products.
@@ -43,40 +40,14 @@ struct Orthogonalize {
   /// "Orthogonalize<Method>".
   static std::string identity() { return std::string("Orthogonalize<") + Method::name() + ">"; }
 
-  /// Optimizer steps each block of rows (RowBlocks: per-head, split QKV) through apply() on its own.
+  /// The optimizers step each block of rows (RowBlocks: per-head, split QKV) through apply_on on its own.
   static constexpr bool splits_rows = true;
-
-  /// Sizes `ws` for an m x n parameter and for its row blocks (grows only; run() then allocates nothing).
-  template <class T>
-  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
-    Method::reserve(ws, o, m < n ? m : n, m < n ? n : m);
-    if (o.blocked() && o.fits(m))
-      o.for_each(m, [&](const RowSet& b) {
-        const Index rows = b.size();
-        Method::reserve(ws, o, rows < n ? rows : n, rows < n ? n : rows);
-      });
-  }
 
   /// The method's options, then the row blocks' (core/options.hpp).
   template <class O, class D>
   static void describe(O& o, D& d) {
     Method::describe(o, d);
     RowBlocks::describe(o, d);
-  }
-
-  /// Calls sink(D) with D the m x n orthogonalized direction of the expression U.
-  template <class T, class UExpr, class Sink>
-  static void apply(const UExpr& u, const Options& o, Workspace<T>& ws, Sink&& sink) {
-    constexpr int order = detail::eigen_order_v<detail::layout_of_v<UExpr>>;
-    const Index m = u.rows(), n = u.cols();
-    const bool tall = m > n;
-    const Index r = tall ? n : m, s = tall ? m : n;
-    ws.template input<order>(m, n).noalias() = u;
-    // X = U keeps U's order; X = U^T (tall) reads the same memory in the other order.
-    const bool x_col_major = tall == (order == Eigen::RowMajor);
-    const T* d = x_col_major ? Method::template run<T, Eigen::ColMajor>(r, s, o, ws).data()
-                             : Method::template run<T, Eigen::RowMajor>(r, s, o, ws).data();
-    sink(Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, order>>(d, m, n));
   }
 
   /// The engine form (core/detail/engine_form.hpp): Newton–Schulz on the engine, or ExactPolar's SVD on a host copy.
@@ -87,8 +58,8 @@ struct Orthogonalize {
     const Index r = std::min(m, n), s = std::max(m, n);  // X = U or U^T, r x s with r <= s
     if constexpr (polar_on_host) {
       ws.grow(ws.u, m * n);
-      ws.host_u.reserve(m * n);
-      reserve(ws.polar, o, m, n);
+      detail::reserve_host(ws, ws.host_u, m * n);
+      ExactPolar::reserve(ws.polar, o, r, s);
     } else {
       ws.grow(ws.x, r * s);
       ws.grow(ws.y, r * s);
@@ -98,36 +69,48 @@ struct Orthogonalize {
         ws.grow(ws.q, r * r);
         ws.grow(ws.t, r * r);
       }
+      if (o.dtype == NsDtype::BFloat16) ws.bf16.reserve(r * s, r * s);  // the host engine's (a device refuses it)
     }
   }
-  /// D = polar(U). Newton–Schulz (precondition/detail/ns_algorithm.hpp) runs on the engine with X = U (m <= n) or
-  /// U^T formed column-major r x s. ExactPolar: U formed in W's order, downloaded (m n elements), orthogonalized
-  /// by apply() above (BDCSVD; it allocates, as on the host) and D uploaded over U: the SVD, O(mn min(m, n)) on the
-  /// host, dominates the two copies.
+  /// D = polar(U) of X = U (m <= n) or U^T, r x s. Newton–Schulz (precondition/detail/ns_algorithm.hpp) runs on the
+  /// engine with X column-major on a device engine, laid out as U is on one that runs either order (the host's), so
+  /// that forming X is a straight copy and D comes back in W's order. ExactPolar: U formed in W's order and read on
+  /// the host (a device downloads m n elements), its SVD's polar factor (BDCSVD; it allocates) uploaded over U: the
+  /// SVD, O(mn min(m, n)) on the host, dominates the two copies. ns_steps: Newton–Schulz's iteration count, the
+  /// schedule's where negative (AutoSteps passes its plan's).
   template <class E, class WS, class FormU>
   static detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o, Index m, Index n,
-                                                       Layout layout, FormU&& form_u) {
+                                                       Layout layout, FormU&& form_u, int ns_steps = -1) {
     using T = typename WS::Scalar;
     using detail::Strided;
     if constexpr (polar_on_host) {
       const Strided<T> u = detail::form_in_workspace(ws, m, n, layout, form_u);
-      e.download(static_cast<const T*>(u.data), m * n, ws.host_u.data());
-      const auto upload = [&](const auto& d) { e.upload(d.data(), m * n, u.data); };  // D in U's order
-      if (layout == Layout::RowMajor)
-        apply<T>(ws.host_u.template matrix<Eigen::RowMajor>(m, n), o, ws.polar, upload);
-      else
-        apply<T>(ws.host_u.template matrix<Eigen::ColMajor>(m, n), o, ws.polar, upload);
+      const T* host = detail::host_readable(e, ws, ws.host_u, static_cast<const T*>(u.data), m * n);
+      // U's memory read in the other order is U^T: X = U (wide) or U^T (tall) at no transposing copy.
+      const bool tall = m > n, x_col_major = tall == (layout == Layout::RowMajor);
+      const Index r = tall ? n : m, s = tall ? m : n;
+      std::copy_n(host, m * n, ws.polar.x.data());
+      const T* d = x_col_major ? ExactPolar::run<T, Eigen::ColMajor>(r, s, o, ws.polar).data()
+                               : ExactPolar::run<T, Eigen::RowMajor>(r, s, o, ws.polar).data();
+      e.upload(d, m * n, u.data);  // D in U's order
       return u;
     } else {
       const bool tall = m > n;
       const Index r = tall ? n : m, s = tall ? m : n;
-      Strided<T> x = detail::col_major(WS::ptr(ws.x), r, s), y = detail::col_major(WS::ptr(ws.y), r, s);
+      const Layout xl = !E::any_order || tall == (layout == Layout::RowMajor) ? Layout::ColMajor : Layout::RowMajor;
+      const auto at = [&](auto& buffer, Index rows, Index cols) {
+        return detail::strided(WS::ptr(buffer), rows, cols, xl);
+      };
+      Strided<T> x = at(ws.x, r, s), y = at(ws.y, r, s);
       form_u(tall ? x.t() : x);
       const bool gram = Method::uses_gram(o, r, s) && r > 0 && s > 0;
-      Strided<T> a = detail::col_major(WS::ptr(ws.a), r, r), b = detail::col_major(WS::ptr(ws.b), r, r);
-      Strided<T> q = detail::col_major(gram ? WS::ptr(ws.q) : nullptr, gram ? r : 0, gram ? r : 0), t = q;
-      if (gram) t = detail::col_major(WS::ptr(ws.t), r, r);
-      const Strided<T> d = detail::NsMatrices<Strided<T>>{&x, &y, &a, &b, &q, &t}.run(e, o, gram);
+      Strided<T> a = at(ws.a, r, r), b = at(ws.b, r, r), q = Strided<T>{}, t = q;
+      if (gram) {
+        q = at(ws.q, r, r);
+        t = at(ws.t, r, r);
+      }
+      const Strided<T> d =
+          detail::newton_schulz(e, ws, detail::NsMatrices<Strided<T>>{&x, &y, &a, &b, &q, &t}, o, gram, ns_steps);
       return tall ? d.t() : d;
     }
   }

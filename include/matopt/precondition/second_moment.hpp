@@ -15,8 +15,8 @@
 // Per-head (heads, split_sizes, split_groups of an Orthogonalize Inner: row_blocks.hpp): each block of rows is
 // a parameter of its own, with its own S, its own Frobenius rescale (NorMuon: dion's NorMuon with num_heads)
 // and its own ||G||_F (NAMO); S holds the blocks' states one after another.
-// Each moment is written once with engine operations (detail::HostEngine on the host, detail::PolicyEngine on an
-// engine over views), so a moment of one's own steps on every engine.
+// Each moment is written once with engine operations (detail::PolicyEngine over the host engine or a device
+// engine), so a moment of one's own steps on every engine.
 // Every eps is added to a norm, never a divisor on its own: a zero gradient or a zero direction gives D' = 0,
 // not 0/0 (dion#24). The state (S) is the parameter's and goes into checkpoints.
 
@@ -37,6 +37,7 @@
 #include "matopt/core/detail/parse.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/detail/workspace.hpp"
+#include "matopt/precondition/detail/engine_workspace.hpp"
 #include "matopt/precondition/row_blocks.hpp"
 
 namespace matopt {
@@ -58,7 +59,8 @@ template <class M, class T>
 inline constexpr bool is_engine_moment_v<
     M, T,
     std::void_t<decltype(M::engine_state), decltype(M::reads_input_norm),
-                decltype(M::template apply<T>(std::declval<HostEngine&>(), std::declval<const DenseMap<T>&>(),
+                decltype(M::template apply<T>(std::declval<PolicyEngine<T, HostEngine, HostWorkspace<T>, M>&>(),
+                                              std::declval<const Strided<T>&>(),
                                               std::declval<const typename M::Options&>(), std::declval<T*>(),
                                               std::declval<T*>(), NormStandIn<T>{}, NormStandIn<T>{},
                                               SinkStandIn{}))>> = true;
@@ -71,7 +73,7 @@ constexpr void check_moment() {
                 "Sink> static void apply(E& e, const D& d, const Options&, T* s, T* f, GNorm&&, UNorm&&, Sink&&)`, "
                 "written with the engine's operations (docs/extending.md#a-new-second-moment)");
 }
-/// A moment's u_norm where it does not declare reads_input_norm: calling it stops the build (a device engine forms U
+/// A moment's u_norm where it does not declare reads_input_norm: calling it stops the build (the engine form forms U
 /// again, into memory reserved for it, only for a moment that declares it).
 template <class T>
 struct UndeclaredInputNorm {
@@ -147,7 +149,7 @@ struct NorMuon {
   static bool per_row(const Options& o, Index m, Index n) { return o.axis == Axis::Rows || m >= n; }
   /// The k line factors from the lines' squared norms f (k lines of len elements), in place, with S updated:
   /// S <- lerp(S, mean, 1 - beta2), f_i = 1 / (sqrt(S_i) + eps), then all f scaled so that D' keeps D's
-  /// Frobenius norm. The host step and the device engines' (backend/device_optimizer.hpp) share this rule.
+  /// Frobenius norm. Every engine's step shares this rule.
   template <class T>
   static void line_factors(const Options& o, T* s, T* f, Index k, Index len) {
     const T w = T(1 - o.beta2), eps = T(o.eps);
@@ -224,7 +226,7 @@ struct Namo {
   static constexpr bool sign_input = false;
   /// S (one scalar) is read and written on the host.
   static constexpr bool engine_state = false;
-  /// ||U||_F is read: u_norm() (a device engine forms U again for it).
+  /// ||U||_F is read: u_norm() (the engine form forms U again for it).
   static constexpr bool reads_input_norm = true;
   /// beta2 and eps.
   using Options = MomentOptions;
@@ -266,11 +268,6 @@ struct SecondMoment {
     /// The moment's options (beta2, eps, ...).
     typename Moment::Options moment{};
   };
-  /// Inner's workspace and the moment's per-line factors.
-  template <class T>
-  struct Workspace : Inner::template Workspace<T> {
-    detail::Buffer<T> factors;  ///< the moment's per-line factors
-  };
   /// Per parameter: the moment's S.
   template <class T>
   struct State {
@@ -291,7 +288,7 @@ struct SecondMoment {
 
   /// The preconditioner reads the raw gradient too (NAMO's ||G||_F): Optimizer passes it.
   static constexpr bool reads_gradient = true;
-  /// Row blocks when Inner steps them (Orthogonalize): Optimizer calls apply_block for each.
+  /// Row blocks when Inner steps them (Orthogonalize): the optimizers step each block through apply_on.
   static constexpr bool splits_rows = detail::splits_rows_v<Inner>;
 
   /// "SecondMoment".
@@ -334,15 +331,6 @@ struct SecondMoment {
   }
   /// Entries of S for one block of `rows` rows (the blocks' states lie one after another, in block order).
   static Index block_state_size(Index rows, Index n) { return Moment::state_size(rows, n); }
-  /// Sizes Inner's workspace and the factors for an m x n parameter and its row blocks.
-  template <class T>
-  static void reserve(Workspace<T>& ws, const Options& o, Index m, Index n) {
-    Inner::reserve(ws, o, m, n);
-    ws.factors.reserve(Moment::workspace_size(m, n));
-    if constexpr (splits_rows)
-      if (o.blocked() && o.fits(m))
-        o.for_each(m, [&](const RowSet& b) { ws.factors.reserve(Moment::workspace_size(b.size(), n)); });
-  }
   /// The moment's options, then Inner's (core/options.hpp).
   template <class O, class D>
   static void describe(O& o, D& d) {
@@ -350,42 +338,6 @@ struct SecondMoment {
     Inner::describe(o, d);
   }
 
-  /// Calls sink(D') for the direction U of gradient G.
-  template <class T, class UExpr, class GMat, class Sink>
-  static void apply(const UExpr& u, const GMat& g, const Options& o, Workspace<T>& ws, State<T>& st, Sink&& sink) {
-    run<T>(u, g, o, ws, st.second_moment.data(), sink);
-  }
-  /// The same for the row block `rows` of an m-row W (the block's U and G), on that block's share of S (the
-  /// blocks' states lie in block order).
-  template <class T, class UExpr, class GMat, class Sink>
-  static void apply_block(const RowSet& rows, Index m, const UExpr& u, const GMat& g, const Options& o,
-                          Workspace<T>& ws, State<T>& st, Sink&& sink) {
-    Index offset = 0;
-    o.for_each(m, [&](const RowSet& b) {
-      if (b.first < rows.first) offset += Moment::state_size(b.size(), u.cols());
-    });
-    run<T>(u, g, o, ws, st.second_moment.data() + offset, sink);
-  }
-
- private:
-  template <class T, class UExpr, class GMat, class Sink>
-  static void run(const UExpr& u, const GMat& g, const Options& o, Workspace<T>& ws, T* s, Sink&& sink) {
-    static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::SecondMoment: Inner must keep no state of its own");
-    detail::check_moment<Moment, T>();
-    detail::HostEngine e;
-    auto moment = [&](const auto& d) {
-      Moment::template apply<T>(
-          e, d, o.moment, s, ws.factors.data(), [&] { return detail::robust_norm(g); },
-          detail::input_norm<Moment, T>([&] { return detail::robust_norm(u); }), sink);
-    };
-    const typename Inner::Options& inner = o;
-    if constexpr (Moment::sign_input)
-      Inner::template apply<T>(u.array().sign().matrix(), inner, ws, moment);
-    else
-      Inner::template apply<T>(u, inner, ws, moment);
-  }
-
- public:
   /// The engine form (core/detail/engine_form.hpp). S lives in engine memory where the moment declares
   /// engine_state (AdaMuon's m n entries), else in the host State (NorMuon's k line statistics go down and k factors
   /// up each step, k = m or n).
@@ -406,6 +358,9 @@ struct SecondMoment {
   /// Inner's, the moment's line statistics, and U formed again where the moment reads ||U||_F.
   template <class WS>
   static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
+    static_assert(detail::has_engine_form_v<Inner, WS>,
+                  "matopt::SecondMoment<Inner, Moment>: Inner needs an engine form: `reserve_on` and `apply_on` "
+                  "(core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
     Inner::reserve_on(ws, o, m, n);
     ws.grow(ws.scale, Moment::workspace_size(m, n));
     ws.host_lines.reserve(Moment::workspace_size(m, n));
@@ -417,6 +372,7 @@ struct SecondMoment {
                                                        GNorm&& g_norm, Index m, Index n, Layout layout,
                                                        FormU&& form_u) {
     using T = typename WS::Scalar;
+    static_assert(!detail::has_policy_state_v<Inner, T>, "matopt::SecondMoment: Inner must keep no state of its own");
     const auto inner_u = [&](detail::Strided<T> target) {
       form_u(target);
       if constexpr (Moment::sign_input) e.sign(target);

@@ -259,6 +259,8 @@ class Engine {
   /// results' handle, matrix b at data + b r s (engine memory, valid until the next batched call). DeviceOptimizer
   /// orthogonalizes row blocks of one shape (heads) this way: each product one strided-batched call for all.
   static constexpr bool has_batched_ns = true;
+  /// Newton–Schulz on column-major operands, as cuBLAS runs them (Orthogonalize's engine form lays X out so).
+  static constexpr bool any_order = false;
   /// Runs the batched Newton–Schulz (see has_batched_ns).
   template <class T, class Options, class Form>
   Strided<T> ns_batched(Index count, Index r, Index s, const Options& o, bool gram, Form&& form) {

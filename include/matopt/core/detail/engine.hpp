@@ -359,43 +359,6 @@ struct HostEngine {
     return {w, u, v};
   }
 
-  // The second moments' operations (moments::*::apply, precondition/second_moment.hpp): D any expression, each
-  // result passed to sink as an expression; f points at host memory.
-  /// The squared norms of D's rows (rows) or columns into f.
-  template <class D>
-  static void line_squared_norms(const D& d, bool rows, typename D::Scalar* f) {
-    using V = Eigen::Map<Eigen::Matrix<typename D::Scalar, Eigen::Dynamic, 1>>;
-    if (rows) V(f, d.rows()) = d.rowwise().squaredNorm();
-    else V(f, d.cols()) = d.colwise().squaredNorm().transpose();
-  }
-  /// sink(D with row i, or column i, times f[i]).
-  template <class D, class Sink>
-  static void scale_lines(const D& d, bool rows, const typename D::Scalar* f, Sink&& sink) {
-    using V = Eigen::Map<const Eigen::Matrix<typename D::Scalar, Eigen::Dynamic, 1>>;
-    if (rows) sink((d.array().colwise() * V(f, d.rows()).array()).matrix());
-    else sink((d.array().rowwise() * V(f, d.cols()).transpose().array()).matrix());
-  }
-  /// S <- b S + (1 - b) D.D (S at s, m n entries in D's storage order), then sink(D / (sqrt(S) + eps)).
-  template <class D, class Sink>
-  static void moment_normalized(const D& d, typename D::Scalar* s, typename D::Scalar b, typename D::Scalar eps,
-                                Sink&& sink) {
-    using T = typename D::Scalar;
-    constexpr int order = (D::Flags & Eigen::RowMajorBit) ? Eigen::RowMajor : Eigen::ColMajor;
-    Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, order>> sm(s, d.rows(), d.cols());
-    sm = b * sm + (T(1) - b) * d.cwiseAbs2();
-    sink((d.array() / (sm.array().sqrt() + eps)).matrix());
-  }
-  /// sink(c D).
-  template <class D, class Sink>
-  static void scaled(const D& d, typename D::Scalar c, Sink&& sink) {
-    sink(d * c);
-  }
-  /// tr(D^T U) = sum(U . D), one coefficient-wise pass.
-  template <class U, class D>
-  static typename D::Scalar dot(const U& u, const D& d) {
-    return (u.array() * d.array()).sum();
-  }
-
   // Views of host memory on any dense strides (Strided): the operations, as the device engines name them, of the
   // policies written once over views for every engine (DionPowerIteration::run).
   /// f(x as an Eigen map): a column-major map with x's column stride, or the transpose of one.
@@ -442,26 +405,74 @@ struct HostEngine {
       });
     });
   }
-  /// The squared norms of D's rows (rows) or columns into f.
+  // The rest of the operations of the preconditioners' engine forms (core/detail/engine_form.hpp) on host memory.
+  /// Newton–Schulz runs on either storage order: Orthogonalize's engine form lays X out as U is, so that forming it
+  /// is a straight copy (the device engines' products are column-major).
+  static constexpr bool any_order = true;
+  /// Host memory is the engine's: n elements copied (nothing when both are one buffer).
   template <class T>
-  static void line_squared_norms(const Strided<T>& d, bool rows, T* f) {
-    as_map(rows ? d : d.t(), [&](const auto& l) {
-      Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>(f, l.rows()) = l.rowwise().squaredNorm();
+  static void download(const T* from, Index n, T* to) {
+    if (from != to) std::copy_n(from, n, to);
+  }
+  template <class T>
+  static void upload(const T* from, Index n, T* to) {
+    download(from, n, to);
+  }
+  /// X <- sign(X) (sign(0) = 0), in place.
+  template <class T>
+  static void sign(const Strided<T>& x) {
+    as_map(x, [](auto&& m) { m = m.cwiseSign(); });
+  }
+  /// X <- s X, in place.
+  template <class T>
+  static void scale(const Strided<T>& x, NotDeduced<T> s) {
+    as_map(x, [&](auto&& m) { m *= s; });
+  }
+  /// inv[i] = 1 / max(||row i of U||, eps), each norm without overflow or underflow (norms.hpp).
+  template <class T>
+  static void inverse_row_norms(ConstView<T> u, NotDeduced<T> eps, T* inv) {
+    as_map(u, [&](const auto& m) {
+      for (Index i = 0; i < m.rows(); ++i)
+        inv[i] = T(1) / std::max(rescaled_norm(m.row(i), m.row(i).squaredNorm()), T(eps));
     });
   }
-  /// Row i (rows) or column i of D times f[i], in place; then sink(D).
-  template <class T, class Sink>
-  static void scale_lines(const Strided<T>& d, bool rows, const T* f, Sink&& sink) {
-    as_map(rows ? d : d.t(), [&](auto&& l) {
-      l.array().colwise() *= Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(f, l.rows()).array();
+  /// Row i of X times s[i], in place.
+  template <class T>
+  static void scale_rows(const Strided<T>& x, const T* s) {
+    as_map(x, [&](auto&& m) {
+      m.array().colwise() *= Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(s, m.rows()).array();
     });
-    sink(d);
   }
-  /// f(X) for the column-major x, in place (a device engine runs f on a host copy).
-  template <class T, class F>
-  static void on_host(const Strided<T>& x, F&& f) {
-    MATOPT_ASSERT(x.rs == 1 && (x.cs == x.rows || x.cols <= 1));
-    f(ColMap<T>(x.data, x.rows, x.cols));
+  /// out[i] = ||row i of U||^2.
+  template <class T>
+  static void row_squared_norms(ConstView<T> u, T* out) {
+    as_map(u, [&](const auto& m) {
+      Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>>(out, m.rows()) = m.rowwise().squaredNorm();
+    });
+  }
+  /// S <- b S + (1 - b) D.D, then D <- D / (sqrt(S) + eps), S laid out as D.
+  template <class T>
+  static void moment_normalize(const Strided<T>& d, const Strided<T>& s, NotDeduced<T> b, NotDeduced<T> eps) {
+    as_map(d, [&](auto&& dm) {
+      as_map(s, [&](auto&& sm) {
+        sm = b * sm + (T(1) - b) * dm.cwiseAbs2();
+        dm = (dm.array() / (sm.array().sqrt() + eps)).matrix();
+      });
+    });
+  }
+  /// sum(x . y) over n contiguous elements.
+  template <class T>
+  static T dot(const T* x, const T* y, Index n) {
+    using V = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>;
+    return V(x, n).dot(V(y, n));
+  }
+  /// lower(C) = X X^T in T for the column-major k x l X and k x k C (Adaptive's Gram).
+  template <class T>
+  static void gram_lower(const Strided<T>& x, const Strided<T>& c) {
+    MATOPT_ASSERT(x.rs == 1 && c.rs == 1);
+    const ColMap<T> xm(x.data, x.rows, x.cols);
+    ColMap<T> cm(c.data, c.rows, c.cols);
+    detail::syrk_lower(T(1), xm, T(0), cm);
   }
 };
 

@@ -3,7 +3,7 @@
 /// @file
 /// Internal: what the preconditioners' engine forms share (namespace detail only).
 // A preconditioner's engine form is written once, in the policy's own file, for every engine that steps
-// matrices over views (DeviceOptimizer's: ThrustEngine, the CUDA engine):
+// matrices over views (Optimizer's HostEngine, DeviceOptimizer's ThrustEngine and CUDA engine):
 //   template <class WS> static void reserve_on(WS& ws, const Options& o, Index m, Index n);
 //   template <class E, class WS, class FormU>
 //   static Strided<T> apply_on(E& e, WS& ws, const Options& o, [state,] Index m, Index n, Layout layout,
@@ -14,6 +14,9 @@
 // in engine memory declares `engine_state = true` and names those fields with engine_fields(state, f).
 
 #include <type_traits>
+#include <utility>
+
+#include <Eigen/Core>
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/errors.hpp"
@@ -29,19 +32,38 @@ Strided<typename WS::Scalar> form_in_workspace(WS& ws, Index m, Index n, Layout 
   return u;
 }
 
+/// Whether P has an engine form for the workspace WS.
+template <class P, class WS, class = void>
+inline constexpr bool has_engine_form_v = false;
+template <class P, class WS>
+inline constexpr bool has_engine_form_v<
+    P, WS,
+    std::void_t<decltype(P::reserve_on(std::declval<WS&>(), std::declval<const typename P::Options&>(), Index(),
+                                       Index()))>> = true;
+
+/// The n elements at x (engine memory) where the host reads them: x itself when the engine's memory is the host's
+/// (WS::host_memory), else a copy downloaded into `host` (reserved with reserve_host).
+template <class E, class WS, class T, class Host>
+const T* host_readable(E& e, const WS&, Host& host, const T* x, Index n) {
+  if constexpr (WS::host_memory) {
+    return x;
+  } else {
+    e.download(x, n, host.data());
+    return host.data();
+  }
+}
+/// Reserves n elements of host copy for host_readable, where it copies.
+template <class WS, class Host>
+void reserve_host(const WS&, Host& host, Index n) {
+  if constexpr (!WS::host_memory) host.reserve(n);
+}
+
 /// P::engine_state: whether part of P's per-parameter state lives in the engine's memory (AdaMuon's S, Dion's M
 /// and Q); P then names those fields with engine_fields(state, f).
 template <class P, class = void>
 inline constexpr bool engine_state_v = false;
 template <class P>
 inline constexpr bool engine_state_v<P, std::void_t<decltype(P::engine_state)>> = P::engine_state;
-
-/// Scalings that declare `tracks_singular_vectors = true` (SpectralCap) get m + n elements of engine scratch.
-template <class S, class = void>
-inline constexpr bool tracks_singular_vectors_v = false;
-template <class S>
-inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::tracks_singular_vectors)>> =
-    S::tracks_singular_vectors;
 
 /// A power iteration's vectors in engine memory (SpectralCap's power_iteration interface): u (w.rows elements) and v
 /// (w.cols) in the workspace, v uploaded from the host State's and both stored back into it after the iteration.
@@ -78,10 +100,17 @@ struct EngineSingularVectors {
   }
 };
 
-/// The policies' operations on an engine over views (the host's on Eigen expressions are HostEngine's,
-/// core/detail/engine.hpp): a scaling S's own update(e, w, d, g, ...) and a second moment's apply(e, d, ...), with
-/// W, D and G in engine memory, D a workspace view that `combined`, `minus_rank1` and the moments' operations
-/// overwrite, and scratch in the workspace WS.
+/// Scalings that declare `tracks_singular_vectors = true` (SpectralCap) get m + n elements of engine scratch.
+template <class S, class = void>
+inline constexpr bool tracks_singular_vectors_v = false;
+template <class S>
+inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::tracks_singular_vectors)>> =
+    S::tracks_singular_vectors;
+
+/// The policies' operations on an engine over views: a second moment's apply(e, d, ...), NuclearScaled's and Dion's
+/// steps on every engine, and a scaling S's own update(e, w, d, g, ...) on a device (the host's scalings take
+/// HostEngine on Eigen expressions, core/detail/engine.hpp); W, D and G in engine memory, D a workspace view that
+/// `combined`, `minus_rank1` and the moments' operations overwrite, and scratch in the workspace WS.
 template <class T, class Engine, class WS, class S = void>  // S: the scaling or the moment, for its checks
 struct PolicyEngine {
   Engine& e;
@@ -106,13 +135,19 @@ struct PolicyEngine {
   void combine(Strided<T> out, T a, Strided<const T> x, T b, Strided<const T> y) { e.combine(out, a, x, b, y); }
   void copy(Strided<const T> x, Strided<T> out) { e.copy(x, out); }
   void gemm(T alpha, Strided<T> a, Strided<T> b, T beta, Strided<T> c) { e.gemm(alpha, a, b, beta, c); }
-  /// f(X) on a host copy of the column-major x (in the workspace's host buffer), then X copied back into x.
+  /// f(X) for the column-major x: in place where the engine's memory is the host's, else on a host copy (in the
+  /// workspace's host buffer) copied back into x.
   template <class F>
   void on_host(Strided<T> x, F&& f) {
     MATOPT_ASSERT(x.rs == 1 && (x.cs == x.rows || x.cols <= 1));
-    e.download(static_cast<const T*>(x.data), x.size(), ws.host_u.data());
-    f(ws.host_u.matrix(x.rows, x.cols));
-    e.upload(static_cast<const T*>(ws.host_u.data()), x.size(), x.data);
+    using Map = Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>>;
+    if constexpr (WS::host_memory) {
+      f(Map(x.data, x.rows, x.cols));
+    } else {
+      e.download(static_cast<const T*>(x.data), x.size(), ws.host_u.data());
+      f(Map(ws.host_u.data(), x.rows, x.cols));
+      e.upload(static_cast<const T*>(ws.host_u.data()), x.size(), x.data);
+    }
   }
   /// The vectors of a power iteration on W in the workspace, v uploaded from the host's.
   template <class V>
@@ -146,8 +181,8 @@ struct PolicyEngine {
   template <class Sink>
   void moment_normalized(Strided<T> d, T* s, T b, T eps, Sink&& sink) {
     static_assert(engine_state_v<S>,
-                  "matopt::DeviceOptimizer: a moment that calls e.moment_normalized declares `static constexpr bool "
-                  "engine_state = true;` (its S then lives in device memory)");
+                  "matopt::SecondMoment: a moment that calls e.moment_normalized declares `static constexpr bool "
+                  "engine_state = true;` (its S then lives in the engine's memory)");
     e.moment_normalize(d, strided(s, d.rows, d.cols, layout), b, eps);
     sink(d);
   }

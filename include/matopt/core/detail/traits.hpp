@@ -255,9 +255,8 @@ constexpr bool check_preconditioner() {
     static_assert(has_describe_v<P>,
                   "matopt: a preconditioner declares `template <class O, class D> static void describe(O& o, D& d)`, "
                   "calling d(key, o.field, check, doc) for each option (core/options.hpp; empty if none)");
-  static_assert(has_workspace_v<P, T>,
-                "matopt: a preconditioner declares `template <class T> struct Workspace` with `std::size_t bytes() "
-                "const`, its scratch (an empty struct returning 0 if none)");
+  // A preconditioner without a Workspace of its own is written in engine form only (reserve_on and apply_on,
+  // core/detail/engine_form.hpp): Optimizer checks that form.
   if constexpr (has_options_type_v<P> && has_workspace_v<P, T>)
     static_assert(has_reserve_v<P, T>,
                   "matopt: a preconditioner declares `template <class T> static void reserve(Workspace<T>&, const "
@@ -282,7 +281,7 @@ constexpr bool check_preconditioner() {
                   "matopt: a preconditioner's `State<T>` lists its fields for checkpoints: `template <class F> void "
                   "fields(F&& f)` calling f(name, field) for each");
   if constexpr (has_options_type_v<P>) check_state_hooks<P, T, true>();
-  return has_options_type_v<P> && has_name_v<P> && has_describe_v<P> && has_workspace_v<P, T>;
+  return has_options_type_v<P> && has_name_v<P> && has_describe_v<P>;
 }
 
 /// Bytes a policy state holds: its bytes() if it has one, else its size unless empty.

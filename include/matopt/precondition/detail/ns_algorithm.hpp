@@ -5,7 +5,7 @@
 // The Newton–Schulz iteration as one algorithm for every backend (docs/math.md#newton-schulz-iteration; cost model in
 // newton_schulz.hpp). A backend supplies an engine with the dense operations on its matrix handles
 // (column-major on device; either storage order, one per run, on the host); the Eigen path
-// (NewtonSchulz::run, engine detail::HostEngine), the Thrust backend and the CUDA backend (cuBLAS, also
+// (detail::ns_on_host, engine detail::HostEngine), the Thrust backend and the CUDA backend (cuBLAS, also
 // strided-batched) all run this code.
 //
 // Engine interface, for handles M of scalar type T = Engine::scalar_t<M>:
@@ -32,8 +32,9 @@ template <class M>
 struct NsMatrices {
   M *x, *y, *a, *b, *q, *t;
 
+  /// steps: the iteration count, the schedule's own where negative (AutoSteps passes its plan's).
   template <class Engine, class Options>
-  M& run(Engine& e, const Options& o, bool gram) {
+  M& run(Engine& e, const Options& o, bool gram, int steps = -1) {
     using T = typename Engine::template scalar_t<M>;
     const NsSchedule& sch = o.schedule;
     if (!sch.aol) {  // with AOL, the first step's A = X X^T gives the scaling (aol_first)
@@ -41,7 +42,8 @@ struct NsMatrices {
       e.scale(*x, denominator > T(0) ? T(1) / denominator : T(0));  // a zero U with ns_eps = 0 stays zero
     }
     if (e.empty(*x)) return *x;
-    return gram ? run_gram(e, sch, o.restarts) : run_plain(e, sch);
+    const int k = steps < 0 ? sch.steps : steps;
+    return gram ? run_gram(e, sch, k, o.restarts) : run_plain(e, sch, k);
   }
 
  private:
@@ -62,10 +64,10 @@ struct NsMatrices {
   }
 
   template <class Engine, class T = typename Engine::template scalar_t<M>>
-  M& run_plain(Engine& e, const NsSchedule& sch) {
+  M& run_plain(Engine& e, const NsSchedule& sch, int steps) {
     M* cur = x;
     M* next = y;
-    for (int k = 0; k < sch.steps; ++k) {
+    for (int k = 0; k < steps; ++k) {
       e.syrk_lower(T(1), *cur, T(0), *a);  // A = X X^T
       e.mirror_lower(*a);
       if (k == 0) aol_first(e, sch, *cur, *a, *b);
@@ -78,7 +80,7 @@ struct NsMatrices {
 
   /// Gram NS (Dao-AILab): iterate on R = X X^T; Q <- Q M, R <- M R M; restart X <- Q X after `restarts`.
   template <class Engine, class T = typename Engine::template scalar_t<M>>
-  M& run_gram(Engine& e, const NsSchedule& sch, const std::vector<int>& restarts) {
+  M& run_gram(Engine& e, const NsSchedule& sch, int steps, const std::vector<int>& restarts) {
     M* cur = x;
     M* next = y;
     M* qp = q;
@@ -89,7 +91,7 @@ struct NsMatrices {
     e.mirror_lower(gram);
     aol_first(e, sch, *cur, gram, m);
     bool q_identity = true;
-    for (int k = 0; k < sch.steps; ++k) {
+    for (int k = 0; k < steps; ++k) {
       polynomial(e, sch.at(k), gram, m);  // M = a I + b R + c R^2
       if (q_identity) {
         e.copy(m, *qp);
@@ -98,7 +100,7 @@ struct NsMatrices {
         e.gemm(T(1), *qp, m, T(0), *tp);  // Q <- Q M
         std::swap(qp, tp);
       }
-      if (k + 1 == sch.steps) break;
+      if (k + 1 == steps) break;
       if (std::find(restarts.begin(), restarts.end(), k + 1) != restarts.end()) {
         e.gemm(T(1), *qp, *cur, T(0), *next);  // X <- Q X, R <- X X^T, Q <- I
         std::swap(cur, next);
@@ -114,5 +116,12 @@ struct NsMatrices {
     return *next;
   }
 };
+
+/// Newton–Schulz of the handles m on engine e (an engine may run it its own way: the host engine's overload,
+/// newton_schulz.hpp, maps the handles to Eigen and may multiply in bfloat16); returns the result's handle.
+template <class Engine, class WS, class M, class Options>
+M newton_schulz(Engine& e, WS&, NsMatrices<M> m, const Options& o, bool gram, int steps) {
+  return m.run(e, o, gram, steps);
+}
 
 }  // namespace matopt::detail
