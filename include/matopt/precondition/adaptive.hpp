@@ -101,9 +101,8 @@ struct Adaptive {
   /// The engine form (core/detail/engine_form.hpp): both policies', U's k x k Gram and its host statistics.
   template <class WS>
   static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
-    static_assert(detail::has_engine_form_v<Cheap, WS> && detail::has_engine_form_v<Exact, WS>,
-                  "matopt::Adaptive<Cheap, Exact>: each policy needs an engine form: `reserve_on` and `apply_on` "
-                  "(core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
+    detail::check_inner_engine_form<Cheap, WS>();
+    detail::check_inner_engine_form<Exact, WS>();
     Cheap::reserve_on(ws, o.cheap, m, n);
     Exact::reserve_on(ws, o.exact, m, n);
     const Index k = column_gram ? n : m;

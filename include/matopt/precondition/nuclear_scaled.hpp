@@ -48,9 +48,7 @@ struct NuclearScaled {
   /// The engine form (core/detail/engine_form.hpp): Inner's, and U formed again.
   template <class WS>
   static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
-    static_assert(detail::has_engine_form_v<Inner, WS>,
-                  "matopt::NuclearScaled<Inner>: Inner needs an engine form: `reserve_on` and `apply_on` "
-                  "(core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
+    detail::check_inner_engine_form<Inner, WS>();
     Inner::reserve_on(ws, o, m, n);
     ws.grow(ws.u2, m * n);
   }

@@ -358,9 +358,7 @@ struct SecondMoment {
   /// Inner's, the moment's line statistics, and U formed again where the moment reads ||U||_F.
   template <class WS>
   static void reserve_on(WS& ws, const Options& o, Index m, Index n) {
-    static_assert(detail::has_engine_form_v<Inner, WS>,
-                  "matopt::SecondMoment<Inner, Moment>: Inner needs an engine form: `reserve_on` and `apply_on` "
-                  "(core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
+    detail::check_inner_engine_form<Inner, WS>();
     Inner::reserve_on(ws, o, m, n);
     ws.grow(ws.scale, Moment::workspace_size(m, n));
     ws.host_lines.reserve(Moment::workspace_size(m, n));

@@ -41,6 +41,15 @@ inline constexpr bool has_engine_form_v<
     std::void_t<decltype(P::reserve_on(std::declval<WS&>(), std::declval<const typename P::Options&>(), Index(),
                                        Index()))>> = true;
 
+/// Stops the build, saying what to declare, where a composite (Adaptive, NuclearScaled, SecondMoment) wraps a policy
+/// without an engine form.
+template <class Inner, class WS>
+constexpr void check_inner_engine_form() {
+  static_assert(has_engine_form_v<Inner, WS>,
+                "matopt: the policy a composite wraps (Adaptive's, NuclearScaled's, SecondMoment's) needs an engine "
+                "form: `reserve_on` and `apply_on` (core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
+}
+
 /// The n elements at x (engine memory) where the host reads them: x itself when the engine's memory is the host's
 /// (WS::host_memory), else a copy downloaded into `host` (reserved with reserve_host).
 template <class E, class WS, class T, class Host>
