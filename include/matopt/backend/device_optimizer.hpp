@@ -16,9 +16,10 @@
 // one's own moment) and DionPowerIteration; one without an engine form is a compile-time error that says what to
 // declare. Every scaling (Static, TrustRatio, SpectralCap, a user's) runs its own update(e, ...) with PolicyEngine's
 // operations, and so does every second moment. Row blocks (heads, split_sizes, split_groups): each block is formed,
-// preconditioned and updated as a parameter of its own shape (as Optimizer::apply_blocks); a block of split_groups
-// runs is formed run by run into the workspace. SpectralCap's u and v live in the host State: each step uploads v
-// (n elements) and downloads u, v (m + n) after the power iteration.
+// preconditioned and updated as a parameter of its own shape, in the engine step that Optimizer runs too
+// (core/detail/engine_step.hpp); a block of split_groups runs is formed run by run into the workspace.
+// SpectralCap's u and v live in the host State: each step uploads v (n elements) and downloads u, v (m + n) after the
+// power iteration.
 // Device memory: the momentum buffer per state; one workspace per optimizer, grown by make_state, so step
 // allocates nothing on the device (Thrust's reductions may use a temporary buffer; the CUDA engine's do not).
 // The policies' states (SpectralCap's, Adaptive's, TrustRatio's) are their host State types, in host memory.
@@ -40,6 +41,7 @@
 
 #include "matopt/backend/device_matrix.hpp"
 #include "matopt/core/detail/engine_form.hpp"
+#include "matopt/core/detail/engine_step.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/norms.hpp"
 #include "matopt/core/detail/strided.hpp"
@@ -118,21 +120,6 @@ struct DeviceDtypeCheck {
   template <class R>
   void rule(R&&) const {}
 };
-
-/// The Newton-Schulz method of a preconditioner that is one (Orthogonalize<NewtonSchulz<...>>, or SecondMoment
-/// of it); void otherwise.
-template <class P>
-struct ns_method {
-  using type = void;
-};
-template <class Schedule, NsVariant V>
-struct ns_method<Orthogonalize<NewtonSchulz<Schedule, V>>> {
-  using type = NewtonSchulz<Schedule, V>;
-};
-template <class Inner, class Moment>
-struct ns_method<SecondMoment<Inner, Moment>> : ns_method<Inner> {};
-template <class P>
-using ns_method_t = typename ns_method<P>::type;
 
 }  // namespace detail
 
@@ -359,17 +346,8 @@ class DeviceOptimizer {
                 "static void reserve_on(WS&, const Options&, Index m, Index n)` and `apply_on(e, ws, options, [state,] "
                 "m, n, layout, form_u)` (core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
   static constexpr bool device_state = detail::engine_state_v<PreconditionerType>;
-  /// Preconditioners that read the raw gradient (SecondMoment: NAMO's ||G||_F) and keep a moment.
-  static constexpr bool second_moment = detail::reads_gradient_v<PreconditionerType>;
-  /// The scaling's engine operations.
-  using Scaling = detail::PolicyEngine<T, Engine, Workspace, ScalingType>;
-  /// Per-head / split row blocks (row_blocks.hpp), taken with a scaling that keeps no state (check_row_blocks).
-  static constexpr bool splits_rows =
-      detail::splits_rows_v<PreconditionerType> && std::is_empty_v<typename ScalingType::template State<T>>;
-  /// Blocks of one shape orthogonalized together: an engine with batched Newton-Schulz and a Newton-Schulz
-  /// preconditioner (Orthogonalize, or SecondMoment of it).
-  static constexpr bool batched_blocks = splits_rows && Engine::has_batched_ns &&
-                                         !std::is_void_v<detail::ns_method_t<PreconditionerType>>;
+  /// The step on the engine, written once (core/detail/engine_step.hpp).
+  using Step = detail::EngineStep<T, PreconditionerType, MomentumType, ScalingType, Engine, Workspace, Options>;
 
   /// Row/ColNormalize with Static scaling: one pass per normalized vector (fused_normalize.hpp's step).
   static constexpr bool fused =
@@ -398,27 +376,7 @@ class DeviceOptimizer {
   }
 
   void reserve(Index m, Index n) {
-    PreconditionerType::reserve_on(ws_, options_.precondition, m, n);
-    if constexpr (splits_rows) {
-      const RowBlocks& b = options_.precondition;
-      if (b.blocked() && b.fits(m)) {
-        b.for_each(m, [&](const RowSet& r) {
-          PreconditionerType::reserve_on(ws_, options_.precondition, r.size(), n);
-          // The engine's row scratch is not monotone in the rows (cuda::Engine::reserve): each block's shape too.
-          engine_.reserve(r.size(), n);
-        });
-        ws_.host_norms.reserve(b.split_groups);  // >= 1
-        if constexpr (!detail::has_fused_step_v<ScalingType>)
-          if (b.split_groups > 1) {  // update_block gathers a block's runs
-            detail::grow(ws_.block_w, m * n);
-            detail::grow(ws_.block_g, m * n);
-          }
-      }
-      if constexpr (batched_blocks)
-        if (equal_blocks(m)) engine_.template reserve_batched<T>(b.count(), b.block(m, 0).size(), n);
-    }
-    if constexpr (detail::tracks_singular_vectors_v<ScalingType>) detail::grow(ws_.vectors, m + n);
-    engine_.reserve(m, n);  // the engine's own scratch (the CUDA engine's bf16 operands, reduction results)
+    Step::reserve(engine_, ws_, options_, m, n);
     if (options_.non_finite == NonFinite::Zero) detail::grow(ws_.clean, m * n);
   }
 
@@ -460,12 +418,11 @@ class DeviceOptimizer {
   void apply(detail::Strided<T> w, detail::Strided<const T> g, State& state) {
     const Index m = w.rows, n = w.cols;
     if (m * n == 0) return;
-    const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
-    const T lr = options_.lr, lambda = options_.weight_decay;
-    [[maybe_unused]] const detail::Strided<T> v =
+    const detail::Strided<T> v =
         detail::strided(MomentumType::has_buffer ? detail::raw(state.momentum) : nullptr, m, n, state.layout);
     if constexpr (fused) {
-      const auto k = ScalingType::coefficients(options_.scaling, lr, lambda, m, n);
+      const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
+      const auto k = ScalingType::coefficients(options_.scaling, options_.lr, options_.weight_decay, m, n);
       if (!k.cautious) {  // the fused kernels have no masked decay: cautious takes the unfused step below
         const detail::FusedStep<T> f{c, T(options_.precondition.eps), k.keep, k.step};
         if constexpr (!PreconditionerType::columns)
@@ -475,176 +432,18 @@ class DeviceOptimizer {
         return;
       }
     }
-    if constexpr (splits_rows) {
-      if (options_.precondition.blocked()) {
-        apply_blocks(w, g, v, state);
-        return;
-      }
-    }
-    auto form_u = [&](detail::Strided<T> target) {  // U = u_g G + u_v V
-      if constexpr (MomentumType::has_buffer)
-        engine_.combine(target, c.u_g, g, c.u_v, detail::Strided<const T>(v));
-      else
-        engine_.copy(g, target);
-    };
-    const detail::Strided<T> d = precondition(state, 0, m, n, form_u, [&] { return engine_.norm(g); });
-    Scaling scaling{engine_, ws_, state.layout};
-    ScalingType::update(scaling, w, d, g, state.scaling, options_.scaling, lr, lambda);
-    if constexpr (MomentumType::has_buffer)
-      engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
-  }
-
-  /// D for an m x n parameter or row block whose U form_u writes; `offset`: the block's first entry of S.
-  template <class FormU, class GNorm>
-  detail::Strided<T> precondition(State& state, Index offset, Index m, Index n, FormU&& form_u, GNorm&& g_norm) {
-    using P = PreconditionerType;
-    if constexpr (second_moment) {
-      return P::apply_on(engine_, ws_, options_.precondition, slot(state, offset), g_norm, m, n, state.layout, form_u);
-    } else if constexpr (device_state) {
-      std::array<T*, 4> fields{};  // the device-resident fields, one after another in State::moment
+    Step step{engine_, options_, options_.lr, options_.weight_decay, state.layout, state.precondition, state.scaling};
+    if constexpr (device_state) {  // the device-resident fields, one after another in State::moment
       Index at = 0;
-      MATOPT_ASSERT(state.moment_sizes.size() <= fields.size());
+      MATOPT_ASSERT(state.moment_sizes.size() <= step.fields.size());
       for (std::size_t k = 0; k < state.moment_sizes.size(); at += state.moment_sizes[k++])
-        fields[k] = detail::raw(state.moment) + at;
-      return P::apply_on(engine_, ws_, options_.precondition, state.precondition, fields.data(), m, n, state.layout,
-                         form_u);
-    } else if constexpr (detail::has_policy_state_v<P, T>) {
-      return P::apply_on(engine_, ws_, options_.precondition, state.precondition, m, n, state.layout, form_u);
-    } else {
-      return P::apply_on(engine_, ws_, options_.precondition, m, n, state.layout, form_u);
+        step.fields[k] = detail::raw(state.moment) + at;
     }
-  }
-
-  /// apply() for row blocks (Optimizer::apply_blocks): each block (`groups` runs of rows) is formed run by run,
-  /// preconditioned on its share of S and updated with the Static coefficients of its own shape; the momentum
-  /// is updated once, after. Blocks of one shape on an engine with batched Newton-Schulz (the CUDA engine) are
-  /// orthogonalized together (apply_blocks_batched).
-  template <class Unused = void>
-  void apply_blocks(detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> v, State& state) {
-    const Index n = w.cols;
-    const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
-    const RowBlocks& blocks = options_.precondition;
-    if constexpr (batched_blocks) {
-      if (equal_blocks(w.rows)) {
-        apply_blocks_batched(w, g, v, state);
-        if constexpr (MomentumType::has_buffer)
-          engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
-        return;
-      }
-    }
-    Index offset = 0;
-    for (Index i = 0; i < blocks.count(); ++i) {
-      const RowSet b = blocks.block(w.rows, i);
-      const detail::Strided<T> d = precondition(state, offset, b.size(), n, block_u(b, g, v), block_g_norm(b, g));
-      if constexpr (second_moment) offset += PreconditionerType::block_state_size(b.size(), n);
-      update_block(b, w, g, d, state);
-    }
-    if constexpr (MomentumType::has_buffer)
-      engine_.combine(v, c.v_v, detail::Strided<const T>(v), c.v_g, g);  // V <- v_v V + v_g G
-  }
-
-  /// Run k of block b (rows [first + k stride, + rows)) of x.
-  template <class M>
-  static M run_of(const RowSet& b, M x, Index k) {
-    return detail::rows_of(x, b.first + k * b.stride, b.rows);
-  }
-  /// form_u of block b: U's runs written one after another into the block's target.
-  auto block_u(const RowSet& b, detail::Strided<const T> g, detail::Strided<T> v) {
-    return [this, b, g, v](detail::Strided<T> target) {
-      const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
-      for (Index k = 0; k < b.groups; ++k) {
-        const detail::Strided<T> t = detail::rows_of(target, k * b.rows, b.rows);
-        if constexpr (MomentumType::has_buffer)
-          engine_.combine(t, c.u_g, run_of(b, g, k), c.u_v, detail::Strided<const T>(run_of(b, v, k)));
-        else
-          engine_.copy(run_of(b, g, k), t);
-      }
-    };
-  }
-  /// ||G_b||_F, when a moment asks (NAMO): the norm of the runs' norms (core/detail/norms.hpp's robust_norm).
-  auto block_g_norm(const RowSet& b, detail::Strided<const T> g) {
-    return [this, b, g] {
-      auto norms = ws_.host_norms.vector(b.groups);  // reserved for split_groups runs
-      for (Index k = 0; k < b.groups; ++k) norms[k] = engine_.norm(run_of(b, g, k));
-      return detail::robust_norm(norms);
-    };
-  }
-  /// W_b <- the scaling's update of block b as a parameter of the block's shape, with D_b (its runs from D's rows, in
-  /// order) and G_b. A block of one run is a view of W and G. The runs of a split_groups block take the coefficients
-  /// of the block's shape run by run when the update is W <- keep W - step D (has_fused_step: Static), and are
-  /// otherwise gathered into the workspace, updated there and written back.
-  template <class Unused = void>
-  void update_block(const RowSet& b, detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> d,
-                    State& state) {
-    Scaling scaling{engine_, ws_, state.layout};
-    const T lr = options_.lr, lambda = options_.weight_decay;
-    if (b.groups == 1) {
-      detail::Strided<T> wb = detail::rows_of(w, b.first, b.rows);
-      ScalingType::update(scaling, wb, d, detail::rows_of(g, b.first, b.rows), state.scaling, options_.scaling, lr,
-                          lambda);
-    } else if constexpr (detail::has_fused_step_v<ScalingType>) {
-      const auto k = ScalingType::coefficients(options_.scaling, lr, lambda, b.size(), w.cols);
-      for (Index r = 0; r < b.groups; ++r) {
-        const detail::Strided<const T> dr = detail::rows_of(d, r * b.rows, b.rows);
-        if (k.cautious)
-          scaling.cautious_update(run_of(b, w, r), k.keep, k.step, dr);
-        else
-          scaling.update(run_of(b, w, r), k.keep, k.step, dr);
-      }
-    } else {
-      detail::Strided<T> wb = detail::strided(detail::raw(ws_.block_w), b.size(), w.cols, state.layout);
-      const detail::Strided<T> gb = detail::strided(detail::raw(ws_.block_g), b.size(), w.cols, state.layout);
-      for (Index r = 0; r < b.groups; ++r) {
-        engine_.copy(detail::Strided<const T>(run_of(b, w, r)), detail::rows_of(wb, r * b.rows, b.rows));
-        engine_.copy(run_of(b, g, r), detail::rows_of(gb, r * b.rows, b.rows));
-      }
-      ScalingType::update(scaling, wb, d, detail::Strided<const T>(gb), state.scaling, options_.scaling, lr, lambda);
-      for (Index r = 0; r < b.groups; ++r)
-        engine_.copy(detail::Strided<const T>(detail::rows_of(wb, r * b.rows, b.rows)), run_of(b, w, r));
-    }
-  }
-
-  /// Blocks of one shape (heads, or equal split sizes), two or more.
-  bool equal_blocks(Index m) const {
-    if constexpr (splits_rows) return static_cast<const RowBlocks&>(options_.precondition).equal_blocks(m);
-    return false;
-  }
-
-  /// The blocks' Newton-Schulz as one batched run (Engine::ns_batched: each product one strided-batched call for
-  /// every block), then each block's moment (SecondMoment) and update, as apply_blocks.
-  template <class Unused = void>
-  void apply_blocks_batched(detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> v, State& state) {
-    using Method = detail::ns_method_t<PreconditionerType>;
-    const RowBlocks& blocks = options_.precondition;
-    const Index count = blocks.count(), mb = blocks.block(w.rows, 0).size(), n = w.cols;
-    const bool tall = mb > n;
-    const Index r = tall ? n : mb, s = tall ? mb : n;
-    const typename Method::Options& ns = options_.precondition;
-    const detail::Strided<T> xs = engine_.template ns_batched<T>(
-        count, r, s, ns, Method::uses_gram(ns, r, s), [&](Index i, detail::Strided<T> x) {
-          const detail::Strided<T> u = tall ? x.t() : x;
-          block_u(blocks.block(w.rows, i), g, v)(u);
-          if constexpr (second_moment)
-            if constexpr (PreconditionerType::sign_input) engine_.sign(u);
-        });
-    Index offset = 0;
-    for (Index i = 0; i < count; ++i) {
-      const RowSet b = blocks.block(w.rows, i);
-      const detail::Strided<T> x = detail::col_major(xs.data + i * r * s, r, s), d = tall ? x.t() : x;
-      if constexpr (second_moment) {
-        PreconditionerType::finish_on(engine_, ws_, options_.precondition, d, slot(state, offset), block_g_norm(b, g),
-                             state.layout, block_u(b, g, v));
-        offset += PreconditionerType::block_state_size(mb, n);
-      }
-      update_block(b, w, g, d, state);
-    }
-  }
-
-  /// The SecondMoment's S of a parameter (or block: from entry `offset`), in device memory or the host State.
-  T* slot(State& state, Index offset) {
-    if constexpr (!second_moment) return nullptr;  // (explicit instantiations compile every member)
-    else if constexpr (device_state) return detail::raw(state.moment) + offset;
-    else return state.precondition.second_moment.data() + offset;
+    if constexpr (Step::second_moment)
+      step.moment = device_state ? detail::raw(state.moment) : state.precondition.second_moment.data();
+    step.apply(ws_, w, g, v, [&](Index count, auto&& block) {
+      for (Index i = 0; i < count; ++i) block(i, ws_);
+    });
   }
 
   Options options_;

@@ -97,6 +97,7 @@
 
 #include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/engine_form.hpp"
+#include "matopt/core/detail/engine_step.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/parallel.hpp"
 #include "matopt/core/detail/traits.hpp"
@@ -111,7 +112,7 @@ namespace matopt {
 
 namespace detail {
 /// Whether S::update takes the engine first, as every optimizer calls it: update(e, w, d, g, state, options, lr,
-/// lambda) with the host engine's operations on Eigen matrices (and a device engine's on device memory).
+/// lambda) with the host engine's operations on Eigen matrices (and PolicyEngine's on views in the engine step).
 template <class S, class T, class = void>
 inline constexpr bool has_engine_update_v = false;
 template <class S, class T>
@@ -379,7 +380,8 @@ class Optimizer {
   /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest), plus
   /// the per-thread workspaces of the batched step (sized by the largest small parameter).
   std::size_t workspace_bytes() const {
-    std::size_t b = bytes_of(workspace_) + clean_.bytes() + report_w_.bytes() + report_u_.bytes();
+    std::size_t b = bytes_of(workspace_) + clean_.bytes() + copy_w_.bytes() + copy_g_.bytes() + report_w_.bytes() +
+                    report_u_.bytes();
     for (const auto& ws : thread_workspaces_) b += bytes_of(ws);
     return b;
   }
@@ -411,16 +413,18 @@ class Optimizer {
                 "engine form (`template <class WS> static void reserve_on(WS&, const Options&, Index m, Index n)` and "
                 "`apply_on`: core/detail/engine_form.hpp)");
   using Workspace = detail::host_workspace_t<Preconditioner, T>;
+  /// An engine form's step on the host engine (core/detail/engine_step.hpp).
+  using Step = detail::EngineStep<T, Preconditioner, MomentumPolicy, Scaling, detail::HostEngine, Workspace, Options>;
+  static_assert(!detail::splits_rows_v<Preconditioner> || engine_form,
+                "matopt::Optimizer: a preconditioner that declares splits_rows has an engine form and no host form "
+                "(no Workspace<T>): row blocks are stepped through the engine form (core/detail/engine_step.hpp)");
 
-  /// Sizes ws for an m x n parameter (and, for an engine form, for each of its row blocks).
-  void reserve_precondition(Workspace& ws, Index m, Index n) {
+  /// Sizes ws for an m x n parameter (and, for an engine form, for each of its row blocks; `whole = false`: for
+  /// those only).
+  void reserve_precondition(Workspace& ws, Index m, Index n, bool whole = true) {
     if constexpr (engine_form) {
-      Preconditioner::reserve_on(ws, options_.precondition, m, n);
-      if constexpr (detail::splits_rows_v<Preconditioner>) {
-        const RowBlocks& b = options_.precondition;
-        if (b.blocked() && b.fits(m))
-          b.for_each(m, [&](const RowSet& r) { Preconditioner::reserve_on(ws, options_.precondition, r.size(), n); });
-      }
+      detail::HostEngine e;
+      Step::reserve(e, ws, options_, m, n, whole);
     } else {
       Preconditioner::reserve(ws, options_.precondition, m, n);
     }
@@ -481,7 +485,7 @@ class Optimizer {
     reserve_block_workspaces(m, n, threads);
   }
 
-  /// Whether apply_blocks steps the row blocks of an m-row W each on one thread, under a SerialEngineScope, in
+  /// Whether each_block steps the row blocks of an m-row W each on one thread, under a SerialEngineScope, in
   /// parallel when OpenMP offers threads (core/detail/parallel.hpp): two blocks or more and an engine that can be held
   /// to the calling thread. Per-head blocks are small products, which a threaded BLAS runs poorly; the result
   /// depends on no thread count.
@@ -496,10 +500,7 @@ class Optimizer {
   void reserve_block_workspaces(Index m, Index n, int threads) {
     if (threads < 2 || !parallel_blocks(m)) return;
     if (thread_workspaces_.size() + 1 < std::size_t(threads)) thread_workspaces_.resize(std::size_t(threads - 1));
-    if constexpr (detail::splits_rows_v<Preconditioner>)
-      options_.precondition.for_each(m, [&](const RowSet& b) {
-        for (auto& ws : thread_workspaces_) reserve_precondition(ws, b.size(), n);
-      });
+    for (auto& ws : thread_workspaces_) reserve_precondition(ws, m, n, false);
   }
 
   /// Shapes, layout and finite values; throws before anything is written. Returns what the step does with
@@ -597,20 +598,20 @@ class Optimizer {
         return;
       }
     }
-    if constexpr (detail::splits_rows_v<Preconditioner> && std::is_empty_v<typename Scaling::template State<T>>) {
-      // check_row_blocks allows no other scaling
-      if (options_.precondition.blocked()) return apply_blocks(w, g, state, ws, k_step);
-    }
-    auto update = [&](const auto& d) {
-      detail::HostEngine engine;
-      Scaling::update(engine, w, d, g, state.scaling, options_.scaling, lr, lambda);
-    };
-    Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
-                                                   MomentumPolicy::has_buffer ? w.cols() : 0);
     if constexpr (engine_form) {
-      update(direction<layout>(precondition_on(ws, state, 0, w.rows(), w.cols(), layout, form_u(g, v),
-                                               [&] { return detail::robust_norm(g); })));
+      on_views(w, g, [&](detail::Strided<T> wv, detail::Strided<const T> gv) {
+        detail::HostEngine e;
+        engine_step(e, state, layout, k_step)
+            .apply(ws, wv, gv, detail::strided(state.momentum.data(), w.rows(), w.cols(), layout),
+                   [&](Index count, auto&& block) { each_block(w.rows(), ws, count, block); });
+      });
     } else {
+      auto update = [&](const auto& d) {
+        detail::HostEngine engine;
+        Scaling::update(engine, w, d, g, state.scaling, options_.scaling, lr, lambda);
+      };
+      Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
+                                                     MomentumPolicy::has_buffer ? w.cols() : 0);
       auto precondition = [&](const auto& u) {
         if constexpr (detail::reads_gradient_v<Preconditioner>)
           Preconditioner::template apply<T>(u, g, options_.precondition, ws, state.precondition, update);
@@ -623,125 +624,87 @@ class Optimizer {
         precondition(c.u_g * g + c.u_v * v);
       else
         precondition(g);
+      if constexpr (MomentumPolicy::has_buffer) v = c.v_v * v + c.v_g * g;
     }
-    if constexpr (MomentumPolicy::has_buffer) v = c.v_v * v + c.v_g * g;
     ++state.steps;
   }
 
-  /// form_u of an engine form: writes U = u_g G + u_v V into the view it is given (the momentum's lazy expression,
-  /// evaluated once).
-  template <class GMat, class VMat>
-  auto form_u(const GMat& g, const VMat& v) const {
-    return [&](detail::Strided<T> target) {
-      detail::HostEngine::as_map(target, [&](auto&& u) {
-        if constexpr (MomentumPolicy::has_buffer) {
-          const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
-          u = c.u_g * g + c.u_v * v;
-        } else {
-          u = g;
-        }
-      });
-    };
-  }
-  /// D of an engine form on the host engine, for an m x n parameter or row block whose U form_u writes; `offset`:
-  /// the block's first entry of a second moment's S; g_norm() returns ||G||_F (NAMO).
-  template <class FormU, class GNorm>
-  detail::Strided<T> precondition_on(Workspace& ws, State& state, Index offset, Index m, Index n, Layout layout,
-                                     FormU&& form_u, GNorm&& g_norm) {
+  /// The step on the host engine (core/detail/engine_step.hpp) of a parameter with this state.
+  Step engine_step(detail::HostEngine& e, State& state, Layout layout, const ParamStep<T>& k) {
     using P = Preconditioner;
-    detail::HostEngine e;
-    const auto& o = options_.precondition;
-    if constexpr (detail::reads_gradient_v<P>) {
-      return P::apply_on(e, ws, o, state.precondition.second_moment.data() + offset, g_norm, m, n, layout, form_u);
-    } else if constexpr (detail::engine_state_v<P>) {
-      std::array<T*, 4> fields{};  // the fields P keeps in the engine's memory: here the State's own
-      std::size_t k = 0;
+    Step step{e, options_, k.lr, k.weight_decay, layout, state.precondition, state.scaling};
+    if constexpr (detail::engine_state_v<P>) {  // the fields P keeps in the engine's memory: here the State's own
+      std::size_t i = 0;
       P::template engine_fields<T>(state.precondition, [&](auto& field) {
-        MATOPT_ASSERT(k < fields.size());
-        fields[k++] = field.data();
+        MATOPT_ASSERT(i < step.fields.size());
+        step.fields[i++] = field.data();
       });
-      return P::apply_on(e, ws, o, state.precondition, fields.data(), m, n, layout, form_u);
-    } else if constexpr (detail::has_policy_state_v<P, T>) {
-      return P::apply_on(e, ws, o, state.precondition, m, n, layout, form_u);
+    }
+    if constexpr (detail::reads_gradient_v<P>) step.moment = state.precondition.second_moment.data();
+    return step;
+  }
+  /// f(W, G) on views of host memory: W and G themselves where they are views (direct access, unit inner stride),
+  /// else copies in buffers of this optimizer, grown the first time a larger one comes (W's written back after).
+  template <class WMat, class GMat, class F>
+  void on_views(WMat& w, const GMat& g, F&& f) {
+    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
+    if (!viewable(w)) {  // an IndexedView, a Reverse, an inner stride
+      copy_w_.reserve(w.size());
+      Eigen::Map<detail::DynamicMatrix<T, layout>> copy(copy_w_.data(), w.rows(), w.cols());
+      copy = w;
+      on_views(copy, g, f);
+      w = copy;
+    } else if (!viewable(g)) {  // an expression computed on the fly (a zeroed G is one of clean_ already)
+      copy_g_.reserve(g.size());
+      Eigen::Map<detail::DynamicMatrix<T, layout>> copy(copy_g_.data(), g.rows(), g.cols());
+      copy = g;
+      f(view_of(w), detail::Strided<const T>(detail::strided(copy_g_.data(), g.rows(), g.cols(), layout)));
     } else {
-      return P::apply_on(e, ws, o, m, n, layout, form_u);
+      f(view_of(w), view_of(g));
     }
   }
-  /// An engine form's D (in W's storage order, dense: Orthogonalize lays X out so on the host) as an Eigen map.
-  template <Layout L>
-  static Eigen::Map<const detail::DynamicMatrix<T, L>> direction(detail::Strided<T> d) {
-    MATOPT_ASSERT(L == Layout::RowMajor ? d.cs == 1 && (d.rs == d.cols || d.rows <= 1)
-                                        : d.rs == 1 && (d.cs == d.rows || d.cols <= 1));
-    return {d.data, d.rows, d.cols};
+  template <class X>
+  static bool viewable(const X& x) {
+    if constexpr (bool(X::Flags & Eigen::DirectAccessBit) && std::is_same_v<typename X::Scalar, T>) {
+      if constexpr (X::InnerStrideAtCompileTime == 1) return true;
+      else return x.innerStride() == 1;
+    } else {
+      return false;
+    }
   }
-
-  /// apply() for a preconditioner that splits W's rows into blocks (heads, split_sizes, split_groups): each block
-  /// (rows of W, G and V picked by an index list, RowSet) is preconditioned and scaled as a parameter of its own
-  /// shape, a stateful preconditioner on its share of the state; the momentum is updated once, after. Blocks
-  /// write disjoint rows of W and disjoint shares of the state: with parallel_blocks, each block runs on one
-  /// thread with its own workspace (the products held to that thread), in parallel when threads are offered.
-  template <class WMat, class GMat>
-  void apply_blocks(WMat& w, const GMat& g, State& state, Workspace& ws, const ParamStep<T>& k_step) {
-    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
-    const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
-    const T lr = k_step.lr, lambda = k_step.weight_decay;
-    Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
-                                                   MomentumPolicy::has_buffer ? w.cols() : 0);
-    const RowBlocks& blocks = options_.precondition;
-    auto one = [&](Index i, Workspace& block_ws) {
-      const RowSet rows = blocks.block(w.rows(), i);
-      auto wb = w(rows, Eigen::all);
-      const auto gb = g(rows, Eigen::all);
-      auto update = [&](const auto& d) {
-        detail::HostEngine engine;
-        Scaling::update(engine, wb, d, gb, state.scaling, options_.scaling, lr, lambda);
-      };
-      if constexpr (engine_form) {
-        Index offset = 0;  // the block's share of a second moment's S: the blocks' states lie in block order
-        if constexpr (detail::reads_gradient_v<Preconditioner>)
-          for (Index j = 0; j < i; ++j)
-            offset += Preconditioner::block_state_size(blocks.block(w.rows(), j).size(), w.cols());
-        const auto run = [&](const auto& vb) {
-          update(direction<layout>(precondition_on(block_ws, state, offset, rows.size(), w.cols(), layout,
-                                                   form_u(gb, vb), [&] { return detail::robust_norm(gb); })));
-        };
-        if constexpr (MomentumPolicy::has_buffer)
-          run(v(rows, Eigen::all));
-        else
-          run(gb);  // not read: U = G
-      } else {
-        auto precondition = [&](const auto& u) {
-          if constexpr (detail::has_policy_state_v<Preconditioner, T>)
-            Preconditioner::template apply_block<T>(rows, w.rows(), u, gb, options_.precondition, block_ws,
-                                                    state.precondition, update);
-          else
-            Preconditioner::template apply<T>(u, options_.precondition, block_ws, update);
-        };
-        if constexpr (MomentumPolicy::has_buffer)
-          precondition(c.u_g * gb + c.u_v * v(rows, Eigen::all));
-        else
-          precondition(gb);
-      }
-    };
-    if (parallel_blocks(w.rows())) {
+  /// x (viewable) as a Strided view.
+  template <class X>
+  static auto view_of(X& x) {
+    if constexpr (bool(X::Flags & Eigen::DirectAccessBit) && std::is_same_v<typename X::Scalar, T>) {
+      using V = detail::Strided<std::remove_pointer_t<decltype(x.data())>>;
+      if constexpr (bool(X::Flags & Eigen::RowMajorBit))
+        return V{x.data(), x.rows(), x.cols(), x.outerStride(), 1};
+      else
+        return V{x.data(), x.rows(), x.cols(), 1, x.outerStride()};
+    } else {
+      return detail::Strided<T>{};  // not reached (viewable)
+    }
+  }
+  /// block(i, workspace) for i in [0, count), the row blocks of an m-row W: each on one thread with its own
+  /// workspace (the products held to that thread), in parallel when threads are offered (parallel_blocks).
+  template <class Block>
+  void each_block(Index m, Workspace& ws, Index count, Block& block) {
+    if (parallel_blocks(m)) {
       [[maybe_unused]] const detail::SerialEngineScope serial;
       // Outside a parallel region with threads to offer (else serially, on ws: inside the batched step's region
       // ws is already this thread's).
-      const bool threads = detail::available_threads() > 1 &&
-                           thread_workspaces_.size() + 1 >= std::size_t(detail::available_threads());
-      if (threads) {
-        detail::parallel_for(blocks.count(), [&](Index i) {
+      if (detail::available_threads() > 1 &&
+          thread_workspaces_.size() + 1 >= std::size_t(detail::available_threads())) {
+        detail::parallel_for(count, [&](Index i) {
           const int t = detail::thread_index();
-          one(i, t == 0 ? ws : thread_workspaces_[std::size_t(t - 1)]);
+          block(i, t == 0 ? ws : thread_workspaces_[std::size_t(t - 1)]);
         });
-      } else {
-        for (Index i = 0; i < blocks.count(); ++i) one(i, ws);
+        return;
       }
-    } else {
-      for (Index i = 0; i < blocks.count(); ++i) one(i, ws);
+      for (Index i = 0; i < count; ++i) block(i, ws);
+      return;
     }
-    if constexpr (MomentumPolicy::has_buffer) v = c.v_v * v + c.v_g * g;
-    ++state.steps;
+    for (Index i = 0; i < count; ++i) block(i, ws);
   }
 
   /// Whether the fused one-pass step applies to these argument types (the run-time part: contiguity).
@@ -773,6 +736,7 @@ class Optimizer {
   Workspace workspace_;
   std::vector<Workspace> thread_workspaces_;  ///< batched step: workspaces of threads 1, 2, ...
   detail::Buffer<T> clean_;                    ///< G with non-finite entries zeroed (NonFinite::Zero)
+  detail::Buffer<T> copy_w_, copy_g_;          ///< an engine form's W and G where they are no views (on_views)
   struct Pending {
     detail::GradAction action = detail::GradAction::Apply;
     bool parallel = false;

@@ -116,4 +116,12 @@ struct Orthogonalize {
   }
 };
 
+namespace detail {
+/// Orthogonalize by Newton-Schulz: an engine may run its equal row blocks in one batch (core/detail/engine_step.hpp).
+template <class Schedule, NsVariant V>
+struct ns_method<Orthogonalize<NewtonSchulz<Schedule, V>>> {
+  using type = NewtonSchulz<Schedule, V>;
+};
+}  // namespace detail
+
 }  // namespace matopt

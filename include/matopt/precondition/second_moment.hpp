@@ -398,4 +398,10 @@ struct SecondMoment {
   }
 };
 
+namespace detail {
+/// SecondMoment of Newton-Schulz batches its equal row blocks as its inner policy does (core/detail/engine_step.hpp).
+template <class Inner, class Moment>
+struct ns_method<SecondMoment<Inner, Moment>> : ns_method<Inner> {};
+}  // namespace detail
+
 }  // namespace matopt

@@ -114,7 +114,7 @@ struct SpectralCap {
     return Inner::effective_lr(o.inner, s.inner, lr, m, n);
   }
 
-  /// The singular vectors' scratch on a device engine: m + n elements of its workspace (read by DeviceOptimizer).
+  /// The singular vectors' scratch on views: m + n elements of the workspace (core/detail/engine_step.hpp).
   static constexpr bool tracks_singular_vectors = true;
 
   /// Tracks W's top singular pair (power iteration warm-started from the previous v1, in the engine's memory), removes

@@ -168,7 +168,7 @@ struct TrustRatio {
   static void update(Engine& e, WMat& w, const QMat& q, const GMat& g, State<T>& st, const Options& o, T lr,
                      T lambda) {
     const Index m = e.rows(w), n = e.cols(w);
-    // D': on the host an expression, evaluated twice and never stored; a device engine writes it over Q.
+    // D': behind a host form an expression, evaluated twice and never stored; on views written over Q.
     const auto d = e.combined(lambda, w, T(factor(o, m, n)), q);
     const T w_norm = e.norm(w);
     const T r = uses_g_norm ? ratio(w_norm, T(0), e.norm(g), st, o, m, n, lambda)

@@ -251,7 +251,8 @@ void copy_lower(const DenseMap<T, Order>& src, DenseMap<T, Order>& dst) {
 
 /// The host's engine for the backend-generic algorithms: Newton–Schulz (precondition/detail/ns_algorithm.hpp) and
 /// OnEngine policies with the configured GEMM engine's products on contiguous maps (M = DenseMap<T, Order>, one
-/// order per run), and every scaling's update on Eigen expressions.
+/// order per run), a scaling's update on Eigen expressions (behind a host form), and the operations on views
+/// (Strided) of the engine step (core/detail/engine_step.hpp) and the engine forms.
 struct HostEngine {
   template <class M>
   using scalar_t = typename M::Scalar;
@@ -323,7 +324,8 @@ struct HostEngine {
   static auto combined(typename W::Scalar a, const W& w, typename W::Scalar b, const D& d) {
     return a * w + b * d;
   }
-  /// A power iteration's vectors u (W's rows) and v (its columns), here the caller's own (SpectralCap's State).
+  /// A power iteration's vectors u (W's rows) and v (its columns) behind a host form: the caller's own
+  /// (SpectralCap's State).
   template <class W, class V>
   struct Vectors {
     const W& w;
@@ -370,21 +372,49 @@ struct HostEngine {
     if (x.rs == 1) return f(Map(x.data, x.rows, x.cols, Eigen::OuterStride<>(std::max(x.cs, x.rows))));
     return f(Map(x.data, x.cols, x.rows, Eigen::OuterStride<>(std::max(x.rs, x.cols))).transpose());
   }
+  /// f(maps of the views) for an element-wise operation: one vector each where every view is dense and laid out
+  /// alike (one linear pass, as on contiguous matrices), else as_map of each.
+  template <class F, class V0, class... V>
+  static void elementwise(F&& f, const V0& v0, const V&... v) {
+    const auto dense = [&](const auto& x) {
+      return x.rs == v0.rs && x.cs == v0.cs &&
+             ((x.rs == 1 && (x.cs == x.rows || x.cols <= 1)) || (x.cs == 1 && (x.rs == x.cols || x.rows <= 1)));
+    };
+    if (dense(v0) && (dense(v) && ...)) return f(as_vector(v0), as_vector(v)...);
+    maps(f, v0, v...);
+  }
+  template <class T>
+  static auto as_vector(const Strided<T>& x) {
+    using Plain = Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, 1>;
+    return Eigen::Map<std::conditional_t<std::is_const_v<T>, const Plain, Plain>>(x.data, x.size());
+  }
+  template <class F, class V0, class... V>
+  static void maps(F& f, const V0& v0, const V&... v) {
+    as_map(v0, [&](auto&& m0) {
+      if constexpr (sizeof...(V) == 0) {
+        f(m0);
+      } else {
+        auto rest = [&](auto&&... ms) { f(m0, ms...); };
+        maps(rest, v...);
+      }
+    });
+  }
   /// out = a x + b y, element-wise.
   template <class T>
   static void combine(const Strided<T>& out, NotDeduced<T> a, ConstView<T> x, NotDeduced<T> b, ConstView<T> y) {
-    as_map(out, [&](auto&& o) {
-      as_map(x, [&](const auto& xm) { as_map(y, [&](const auto& ym) { o = a * xm + b * ym; }); });
-    });
+    elementwise([&](auto&& o, const auto& xm, const auto& ym) { o = a * xm + b * ym; }, out, x, y);
   }
   /// out = x.
   template <class T>
   static void copy(ConstView<T> x, const Strided<T>& out) {
-    as_map(out, [&](auto&& o) { as_map(x, [&](const auto& xm) { o = xm; }); });
+    elementwise([&](auto&& o, const auto& xm) { o = xm; }, out, x);
   }
-  /// Frobenius norm without overflow or underflow (norms.hpp).
+  /// Frobenius norm without overflow or underflow (norms.hpp); a dense x as one vector, summed in the order of a
+  /// contiguous matrix.
   template <class T>
   static std::remove_const_t<T> norm(const Strided<T>& x) {
+    if ((x.rs == 1 && (x.cs == x.rows || x.cols <= 1)) || (x.cs == 1 && (x.rs == x.cols || x.rows <= 1)))
+      return robust_norm(Eigen::Map<const Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, 1>>(x.data, x.size()));
     return as_map(x, [](const auto& m) { return robust_norm(m); });
   }
   /// C = alpha A B + beta C (beta = 0: C not read; C overlaps neither A nor B): Eigen's product, the operands'
@@ -421,12 +451,12 @@ struct HostEngine {
   /// X <- sign(X) (sign(0) = 0), in place.
   template <class T>
   static void sign(const Strided<T>& x) {
-    as_map(x, [](auto&& m) { m = m.cwiseSign(); });
+    elementwise([](auto&& m) { m = m.cwiseSign(); }, x);
   }
   /// X <- s X, in place.
   template <class T>
   static void scale(const Strided<T>& x, NotDeduced<T> s) {
-    as_map(x, [&](auto&& m) { m *= s; });
+    elementwise([&](auto&& m) { m *= s; }, x);
   }
   /// inv[i] = 1 / max(||row i of U||, eps), each norm without overflow or underflow (norms.hpp).
   template <class T>
@@ -453,18 +483,60 @@ struct HostEngine {
   /// S <- b S + (1 - b) D.D, then D <- D / (sqrt(S) + eps), S laid out as D.
   template <class T>
   static void moment_normalize(const Strided<T>& d, const Strided<T>& s, NotDeduced<T> b, NotDeduced<T> eps) {
-    as_map(d, [&](auto&& dm) {
-      as_map(s, [&](auto&& sm) {
-        sm = b * sm + (T(1) - b) * dm.cwiseAbs2();
-        dm = (dm.array() / (sm.array().sqrt() + eps)).matrix();
-      });
-    });
+    elementwise(
+        [&](auto&& dm, auto&& sm) {
+          sm = b * sm + (T(1) - b) * dm.cwiseAbs2();
+          dm = (dm.array() / (sm.array().sqrt() + eps)).matrix();
+        },
+        d, s);
   }
   /// sum(x . y) over n contiguous elements.
   template <class T>
   static T dot(const T* x, const T* y, Index n) {
     using V = Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>;
     return V(x, n).dot(V(y, n));
+  }
+  /// The host engine keeps no scratch of its own.
+  static void reserve(Index, Index) {}
+  /// W <- keep W - step D, and its cautious form, on views (row blocks' runs, the engine forms' scalings).
+  template <class T>
+  static void update(const Strided<T>& w, NotDeduced<T> keep, NotDeduced<T> step, ConstView<T> d) {
+    elementwise([&](auto&& wm, const auto& dm) { update(wm, keep, step, dm); }, w, d);
+  }
+  template <class T>
+  static void cautious_update(const Strided<T>& w, NotDeduced<T> keep, NotDeduced<T> step, ConstView<T> d) {
+    elementwise([&](auto&& wm, const auto& dm) { cautious_update(wm, keep, step, dm); }, w, d);
+  }
+  /// y = alpha A x + beta y (y not read when beta = 0; x: A's columns, y: its rows; y overlaps neither A nor x).
+  template <class T>
+  static void gemv(NotDeduced<T> alpha, ConstView<T> a, const T* x, NotDeduced<T> beta, T* y) {
+    MATOPT_ASSERT(y + a.rows <= x || x + a.cols <= y);
+    as_map(a, [&](const auto& am) {
+      Eigen::Map<Eigen::Matrix<T, Eigen::Dynamic, 1>> ym(y, am.rows());
+      const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> xm(x, am.cols());
+      if (beta == T(0)) {
+        ym.noalias() = alpha * am * xm;
+      } else {
+        ym *= beta;
+        ym.noalias() += alpha * am * xm;
+      }
+    });
+  }
+  /// u^T D v, one coefficient-wise pass over D.
+  template <class T>
+  static T bilinear(const T* u, ConstView<T> d, const T* v) {
+    return as_map(d, [&](const auto& dm) {
+      const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> um(u, dm.rows()), vm(v, dm.cols());
+      return T(dm.cwiseProduct(um.lazyProduct(vm.transpose())).sum());
+    });
+  }
+  /// D <- D + alpha x y^T, in place.
+  template <class T>
+  static void rank1(const Strided<T>& d, NotDeduced<T> alpha, const T* x, const T* y) {
+    as_map(d, [&](auto&& dm) {
+      const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> xm(x, dm.rows()), ym(y, dm.cols());
+      dm += alpha * xm.lazyProduct(ym.transpose());
+    });
   }
   /// lower(C) = X X^T in T for the column-major k x l X and k x k C (Adaptive's Gram).
   template <class T>

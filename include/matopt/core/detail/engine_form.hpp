@@ -32,6 +32,15 @@ Strided<typename WS::Scalar> form_in_workspace(WS& ws, Index m, Index n, Layout 
   return u;
 }
 
+/// The Newton-Schulz method of a preconditioner that is one (Orthogonalize<NewtonSchulz<...>>, or SecondMoment of
+/// it: their files specialize this), for an engine's batched run of equal row blocks; void otherwise.
+template <class P>
+struct ns_method {
+  using type = void;
+};
+template <class P>
+using ns_method_t = typename ns_method<P>::type;
+
 /// Whether P has an engine form for the workspace WS.
 template <class P, class WS, class = void>
 inline constexpr bool has_engine_form_v = false;
@@ -117,9 +126,10 @@ inline constexpr bool tracks_singular_vectors_v<S, std::void_t<decltype(S::track
     S::tracks_singular_vectors;
 
 /// The policies' operations on an engine over views: a second moment's apply(e, d, ...), NuclearScaled's and Dion's
-/// steps on every engine, and a scaling S's own update(e, w, d, g, ...) on a device (the host's scalings take
-/// HostEngine on Eigen expressions, core/detail/engine.hpp); W, D and G in engine memory, D a workspace view that
-/// `combined`, `minus_rank1` and the moments' operations overwrite, and scratch in the workspace WS.
+/// steps, and a scaling S's own update(e, w, d, g, ...) in the engine step (core/detail/engine_step.hpp), on the host
+/// engine and the device engines alike (behind a host form, Optimizer passes HostEngine on Eigen expressions
+/// instead); W, D and G in engine memory, D a workspace view that `combined`, `minus_rank1` and the moments'
+/// operations overwrite, and scratch in the workspace WS.
 template <class T, class Engine, class WS, class S = void>  // S: the scaling or the moment, for its checks
 struct PolicyEngine {
   Engine& e;
@@ -162,8 +172,8 @@ struct PolicyEngine {
   template <class V>
   EngineSingularVectors<T, Engine> singular_vectors(Strided<T> w, const V&, const V& host_v) {
     static_assert(tracks_singular_vectors_v<S>,
-                  "matopt::DeviceOptimizer: a scaling that calls e.singular_vectors declares `static constexpr bool "
-                  "tracks_singular_vectors = true;` (their m + n elements of device scratch; a scaling wrapping "
+                  "matopt: a scaling that calls e.singular_vectors declares `static constexpr bool "
+                  "tracks_singular_vectors = true;` (their m + n elements of workspace; a scaling wrapping "
                   "SpectralCap too)");
     T* u = WS::ptr(ws.vectors);
     e.upload(host_v.data(), w.cols, u + w.rows);
