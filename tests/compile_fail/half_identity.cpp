@@ -8,7 +8,10 @@
 //   policy_checks.init_state       -DMATOPT_BAD_INIT_STATE: an init_state no optimizer calls (a parameter missing);
 //   policy_checks.check_state      -DMATOPT_BAD_CHECK_STATE: a check_state no optimizer calls (no `where`).
 //   policy_checks.engine_form      -DMATOPT_ON_DEVICE: stepped by a DeviceOptimizer without an engine form
-//                                  (reserve_on / apply_on: core/detail/engine_form.hpp).
+//                                  (reserve_on / apply_on: core/detail/engine_form.hpp);
+//   policy_checks.inner_engine_form -DMATOPT_IN_COMPOSITE: wrapped by Adaptive, which needs its engine form;
+//   policy_checks.splits_rows      -DMATOPT_SPLITS_ROWS: row blocks declared by a host form (they are stepped
+//                                  through an engine form: core/detail/engine_step.hpp).
 // Compiled with -DMATOPT_GOOD_STATE (the same State with both hooks as the optimizers call them), it compiles:
 // policy_checks.state_hooks_compile.
 #include <matopt/matopt.hpp>
@@ -17,7 +20,12 @@
 #endif
 
 struct HalfIdentity {  // D = U / 2
+#if defined(MATOPT_SPLITS_ROWS)
+  struct Options : matopt::RowBlocks {};
+  static constexpr bool splits_rows = true;
+#else
   struct Options {};
+#endif
   template <class T>
   struct Workspace {
     std::size_t bytes() const { return 0; }
@@ -82,6 +90,14 @@ int main() {
 #if defined(MATOPT_DROP_COST)
   matopt::AnyOptimizer<float> any{Opt{}};
   return any.cost(4, 3) > 0 ? 0 : 1;
+#elif defined(MATOPT_IN_COMPOSITE)
+  matopt::Optimizer<float, matopt::Adaptive<HalfIdentity, matopt::Orthogonalize<>>, matopt::NoMomentum,
+                    matopt::Static<>>
+      opt;
+  Eigen::MatrixXf w = Eigen::MatrixXf::Zero(4, 3), g = Eigen::MatrixXf::Ones(4, 3);
+  auto state = opt.make_state(w);
+  opt.step(w, g, state);
+  return 0;
 #elif defined(MATOPT_ON_DEVICE)
   matopt::DeviceOptimizer<Opt, matopt::ThrustEngine> opt;
   matopt::DeviceMatrix<float> w(4, 3), g(4, 3);
