@@ -377,8 +377,7 @@ struct HostEngine {
   template <class F, class V0, class... V>
   static void elementwise(F&& f, const V0& v0, const V&... v) {
     const auto dense = [&](const auto& x) {
-      return x.rs == v0.rs && x.cs == v0.cs &&
-             ((x.rs == 1 && (x.cs == x.rows || x.cols <= 1)) || (x.cs == 1 && (x.rs == x.cols || x.rows <= 1)));
+      return x.rs == v0.rs && x.cs == v0.cs && is_dense(x);
     };
     if (dense(v0) && (dense(v) && ...)) return f(as_vector(v0), as_vector(v)...);
     maps(f, v0, v...);
@@ -413,8 +412,7 @@ struct HostEngine {
   /// contiguous matrix.
   template <class T>
   static std::remove_const_t<T> norm(const Strided<T>& x) {
-    if ((x.rs == 1 && (x.cs == x.rows || x.cols <= 1)) || (x.cs == 1 && (x.rs == x.cols || x.rows <= 1)))
-      return robust_norm(Eigen::Map<const Eigen::Matrix<std::remove_const_t<T>, Eigen::Dynamic, 1>>(x.data, x.size()));
+    if (is_dense(x)) return robust_norm(as_vector(x));
     return as_map(x, [](const auto& m) { return robust_norm(m); });
   }
   /// C = alpha A B + beta C (beta = 0: C not read; C overlaps neither A nor B): Eigen's product, the operands'

@@ -48,10 +48,15 @@ template <class T>
 Strided<T> rows_of(Strided<T> x, Index first, Index rows) {
   return {x.data + first * x.rs, rows, x.cols, x.rs, x.cs};
 }
-/// A matrix at data laid out as the dense x (x spans exactly its rows * cols elements from x.data).
+/// Whether x spans exactly its rows * cols elements from x.data, in one storage order or the other.
+template <class T>
+bool is_dense(const Strided<T>& x) {
+  return (x.rs == 1 && (x.cs == x.rows || x.cols <= 1)) || (x.cs == 1 && (x.rs == x.cols || x.rows <= 1));
+}
+/// A matrix at data laid out as the dense x.
 template <class T>
 Strided<T> laid_out_as(T* data, const Strided<T>& x) {
-  MATOPT_ASSERT((x.rs == 1 && (x.cs == x.rows || x.cols <= 1)) || (x.cs == 1 && (x.rs == x.cols || x.rows <= 1)));
+  MATOPT_ASSERT(is_dense(x));
   return {data, x.rows, x.cols, x.rs, x.cs};
 }
 
