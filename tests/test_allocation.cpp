@@ -219,20 +219,23 @@ TEST_CASE_TEMPLATE("no allocation either: compositions, skipped and zeroed steps
   }
 }
 
-TEST_CASE_TEMPLATE("an engine form steps a W or G that is no view as their copies, allocating the first time only", T,
-                   float, double) {
-  // Muon's and NorMuon's steps run on views of W and G (core/detail/engine_step.hpp): rows of W picked by an index
-  // list (an IndexedView) and a G computed on the fly are copied into the optimizer's buffers, W written back. The
-  // result is the plain matrices' step (checked against golden data elsewhere), bit for bit; the rows not picked stay.
+TEST_CASE_TEMPLATE("a step takes a W or G that is no view as their copies, allocating the first time only", T, float,
+                   double) {
+  // Steps run on views of W and G (core/detail/driver.hpp): rows of W picked by an index list (an IndexedView), a G
+  // computed on the fly and a G in the other storage order are copied into the optimizer's buffers, W written back.
+  // The result is the plain matrices' step (checked against golden data elsewhere), bit for bit; the rows not picked
+  // stay. Engine forms (Muon, NorMuon), the fused normalization (RMNP) and a host form (Identity's SGD).
   using namespace matopt;
   using Mat = ColMatrix<T>;
   const std::vector<int> rows{0, 2, 3, 5, 6, 8, 9, 11};
   const Mat g = Mat::Random(8, 5);
+  const RowMatrix<T> g_rows = g;
   auto check = [&](auto opt, auto reference) {
     Mat big = Mat::Random(12, 5);
     const Mat before = big;
     auto picked = big(rows, Eigen::all);
-    Mat plain = picked;
+    const Mat start = picked;
+    Mat plain = start, plain_w = start;
     auto st = opt.make_state(plain);
     auto plain_st = reference.make_state(plain);
     opt.step(picked, T(2) * g, st);  // the first step grows the copies' buffers
@@ -243,7 +246,18 @@ TEST_CASE_TEMPLATE("an engine form steps a W or G that is no view as their copie
     for (int k = 0; k < 3; ++k) reference.step(plain, doubled, plain_st);
     CHECK(Mat(big(rows, Eigen::all)) == plain);
     for (int i : {1, 4, 7, 10}) CHECK(big.row(i) == before.row(i));
+    // G row-major, W column-major: G copied in W's order.
+    auto st2 = opt.make_state(plain_w);
+    auto plain_st2 = reference.make_state(plain);
+    plain = start;
+    opt.step(plain_w, g_rows, st2);
+    CHECK(allocations_in([&] { opt.step(plain_w, g_rows, st2); }) == 0);
+    for (int k = 0; k < 2; ++k) reference.step(plain, g, plain_st2);
+    CHECK(plain_w == plain);
   };
   check(Muon<T>{}, Muon<T>{});
   check(NorMuon<T>{}, NorMuon<T>{});
+  check(RMNP<T>{}, RMNP<T>{});
+  using Sgd = Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<>>;
+  check(Sgd{}, Sgd{});
 }

@@ -40,6 +40,7 @@
 #include <thrust/fill.h>
 
 #include "matopt/backend/device_matrix.hpp"
+#include "matopt/core/detail/driver.hpp"
 #include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/engine_step.hpp"
 #include "matopt/core/detail/errors.hpp"
@@ -296,48 +297,31 @@ class DeviceOptimizer {
     constexpr const char* where = Host::name();
     validate(where);
     detail::check_device_step<T>(where, w, g, state);
-    detail::check_row_blocks<PreconditionerType, ScalingType, T>(options_.precondition, w.rows, w.cols, where);
+    Driver::check(options_, w.rows, w.cols, options_.lr, options_.weight_decay, where);
     check_policy_state(state, w.rows, w.cols, where);
-    detail::check_step_coefficients<ScalingType>(options_.scaling, options_.lr, options_.weight_decay,
-                                                 options_.precondition, w.rows, w.cols);
     reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
-    detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);
-    switch (detail::gradient_action(engine_.all_finite(gs), options_.non_finite, where, g.rows, g.cols)) {
-      case detail::GradAction::Apply: break;
-      case detail::GradAction::Skip: ++state.skipped; return;
-      case detail::GradAction::Zero: {
-        detail::grow(ws_.clean, w.size());
-        const detail::Strided<T> clean = detail::strided(detail::raw(ws_.clean), w.rows, w.cols, w.layout);
-        engine_.clean(clean, gs);
-        gs = clean;
-        ++state.zeroed;
-      }
-    }
-    if (telemetry_.due(state.steps + 1)) {
-      report(w, gs, state);
-    } else {
-      apply(detail::strided(w), gs, state);
-      ++state.steps;
-    }
+    const detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);
+    const detail::GradAction action =
+        detail::gradient_action(engine_.all_finite(gs), options_.non_finite, where, g.rows, g.cols);
+    const detail::Strided<T> wv = detail::strided(w);
+    driver_.run(engine_, options_, wv, gs, momentum(state), action, state, options_.lr, w.data,
+                [&](detail::Strided<const T> gz) { apply(wv, gz, state); });
   }
   /// One step of DeviceMatrix W with gradient G.
   void step(DeviceMatrix<T>& w, const DeviceMatrix<T>& g, State& state) { step(w.view(), g.view(), state); }
 
   /// lr * s(m, n) (Static) or lr * r * s with the last trust ratio (TrustRatio), as on the host (row blocks: the
   /// first block's shape).
-  T effective_lr(const State& s) const {
-    const Index rows = detail::reported_rows<PreconditionerType>(options_.precondition, s.rows);
-    return ScalingType::effective_lr(options_.scaling, s.scaling, options_.lr, rows, s.cols);
-  }
+  T effective_lr(const State& s) const { return Driver::effective_lr(options_, s, options_.lr); }
   /// Device bytes of the shared workspace (and of the telemetry copies, once a report has needed them).
-  std::size_t workspace_bytes() const { return ws_.bytes() + (report_w_.size() + report_u_.size()) * sizeof(T); }
+  std::size_t workspace_bytes() const { return ws_.bytes() + driver_.bytes(); }
 
   /// Reports every K-th step of each parameter, as Optimizer::set_telemetry, with U in device memory. A
   /// reporting step copies W and forms U in two m n device buffers (allocated the first time a report needs a
   /// larger shape) and takes one more pass for update_rms; reporting does not change the numbers.
-  void set_telemetry(Telemetry<T, DeviceStepReport<T>> t) { telemetry_ = std::move(t); }
+  void set_telemetry(Telemetry<T, DeviceStepReport<T>> t) { driver_.telemetry = std::move(t); }
   /// The telemetry settings.
-  const Telemetry<T, DeviceStepReport<T>>& telemetry() const { return telemetry_; }
+  const Telemetry<T, DeviceStepReport<T>>& telemetry() const { return driver_.telemetry; }
 
  private:
   using Workspace = detail::DeviceWorkspace<T>;
@@ -348,6 +332,9 @@ class DeviceOptimizer {
   static constexpr bool device_state = detail::engine_state_v<PreconditionerType>;
   /// The step on the engine, written once (core/detail/engine_step.hpp).
   using Step = detail::EngineStep<T, PreconditionerType, MomentumType, ScalingType, Engine, Workspace, Options>;
+  /// The gate, report and counters around a step, written once (core/detail/driver.hpp).
+  using Driver = detail::Driver<T, PreconditionerType, MomentumType, ScalingType, Options, detail::DeviceStore,
+                                DeviceStepReport<T>>;
 
   /// Row/ColNormalize with Static scaling: one pass per normalized vector (fused_normalize.hpp's step).
   static constexpr bool fused =
@@ -377,49 +364,17 @@ class DeviceOptimizer {
 
   void reserve(Index m, Index n) {
     Step::reserve(engine_, ws_, options_, m, n);
-    if (options_.non_finite == NonFinite::Zero) detail::grow(ws_.clean, m * n);
+    driver_.reserve(options_, m * n);
   }
 
-  /// apply() with a report (Optimizer::report's order): copies W and forms U first, then steps, then calls the
-  /// telemetry callback.
-  void report(DeviceMatrixView<T> wv, detail::Strided<const T> g, State& state) {
-    const Index m = wv.rows, n = wv.cols;
-    const detail::Strided<T> w = detail::strided(wv);
-    detail::grow(report_w_, m * n);
-    detail::grow(report_u_, m * n);
-    const detail::Strided<T> before = detail::strided(detail::raw(report_w_), m, n, wv.layout);
-    const detail::Strided<T> u = detail::strided(detail::raw(report_u_), m, n, wv.layout);
-    if (m * n != 0) {
-      engine_.copy(detail::Strided<const T>(w), before);
-      if constexpr (MomentumType::has_buffer) {
-        const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
-        engine_.combine(u, c.u_g, g, c.u_v,
-                        detail::Strided<const T>(detail::strided(detail::raw(state.momentum), m, n, wv.layout)));
-      } else {
-        engine_.copy(g, u);
-      }
-    }
-    apply(w, g, state);
-    ++state.steps;
-    DeviceStepReport<T> r;
-    r.param = wv.data;
-    r.rows = m;
-    r.cols = n;
-    r.step = state.steps;
-    r.direction = DeviceMatrixView<const T>{u.data, m, n, wv.layout};
-    if (m * n != 0) {
-      engine_.combine(before, T(1), detail::Strided<const T>(w), T(-1), detail::Strided<const T>(before));
-      r.update_rms = double(engine_.norm(detail::Strided<const T>(before))) / std::sqrt(double(m) * double(n));
-    }
-    r.effective_lr = double(effective_lr(state));
-    telemetry_.callback(r);
-  }
+  /// The momentum buffer V (null without one).
+  static T* momentum(State& state) { return MomentumType::has_buffer ? detail::raw(state.momentum) : nullptr; }
 
+  /// The step on checked views: the fused one-pass normalization where it applies, else the engine step.
   void apply(detail::Strided<T> w, detail::Strided<const T> g, State& state) {
     const Index m = w.rows, n = w.cols;
     if (m * n == 0) return;
-    const detail::Strided<T> v =
-        detail::strided(MomentumType::has_buffer ? detail::raw(state.momentum) : nullptr, m, n, state.layout);
+    const detail::Strided<T> v = detail::strided(momentum(state), m, n, state.layout);
     if constexpr (fused) {
       const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
       const auto k = ScalingType::coefficients(options_.scaling, options_.lr, options_.weight_decay, m, n);
@@ -449,8 +404,7 @@ class DeviceOptimizer {
   Options options_;
   Engine engine_;
   detail::DeviceWorkspace<T> ws_;
-  Telemetry<T, DeviceStepReport<T>> telemetry_;
-  thrust::device_vector<T> report_w_, report_u_;  ///< telemetry: W before the step, and U
+  Driver driver_;  ///< the gate, reports and counters around each step
 };
 
 }  // namespace matopt

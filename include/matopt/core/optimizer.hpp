@@ -95,6 +95,7 @@
 
 #include <Eigen/Core>
 
+#include "matopt/core/detail/driver.hpp"
 #include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/engine_form.hpp"
 #include "matopt/core/detail/engine_step.hpp"
@@ -123,32 +124,6 @@ inline constexpr bool has_engine_update_v<
                                    std::declval<typename S::template State<T>&>(),
                                    std::declval<const typename S::Options&>(), T(), T()))>> = true;
 
-/// Per-head / split orthogonalization (precondition/row_blocks.hpp), checked before a step writes anything: the
-/// rows must split as asked, and only a preconditioner that steps row blocks (Orthogonalize, SecondMoment of it)
-/// with a scaling that keeps no state takes it. Host and device optimizers.
-template <class Preconditioner, class Scaling, class T, class Options>
-void check_row_blocks(const Options& o, Index m, Index n, const char* where) {
-  if constexpr (std::is_base_of_v<RowBlocks, Options>) {
-    const RowBlocks& b = o;
-    if (!b.blocked()) return;
-    if constexpr (!splits_rows_v<Preconditioner>)
-      fail(where, "heads / split_sizes: ", policy_identity<Preconditioner>(),
-           " orthogonalizes the whole matrix (only Orthogonalize and SecondMoment step row blocks)");
-    if constexpr (!std::is_empty_v<typename Scaling::template State<T>>)
-      fail(where, "heads / split_sizes need a scaling without per-parameter state (", Scaling::name(),
-           " keeps one per matrix)");
-    b.check(m, n, where);
-  }
-}
-
-/// The rows effective_lr reports for an m-row W: the first row block's where the preconditioner splits rows (the
-/// scaling sees each block as the parameter), else m. Host and device optimizers.
-template <class Preconditioner, class Options>
-Index reported_rows(const Options& o, Index m) {
-  if constexpr (splits_rows_v<Preconditioner>) return static_cast<const RowBlocks&>(o).first_rows(m);
-  return m;
-}
-
 /// The fields of an Optimizer's per-parameter state, in checkpoint order (serialization/archive.hpp): f(name,
 /// field). `momentum` is the buffer as a host vector: the state's own, or DeviceOptimizer's host copy of its
 /// device buffer, so both write and read the same file.
@@ -160,22 +135,6 @@ void optimizer_state_fields(S& s, V& momentum, P& precondition, F&& f) {
   f("momentum", momentum);
   f("precondition", precondition);
   f("scaling", s.scaling);
-}
-
-/// Static scales s(m, n) (and each row block's) that are not finite throw here, before a stateful preconditioner
-/// (SecondMoment) writes: host and device steps.
-template <class Scaling, class T, class PreconditionOptions>
-void check_step_coefficients(const typename Scaling::Options& so, T lr, T lambda, const PreconditionOptions& po,
-                             Index m, Index n) {
-  if constexpr (has_fused_step_v<Scaling>) {
-    if (m * n == 0) return;
-    Scaling::coefficients(so, lr, lambda, m, n);
-    if constexpr (std::is_base_of_v<RowBlocks, PreconditionOptions>) {
-      const RowBlocks& b = po;
-      if (b.blocked() && b.fits(m))
-        b.for_each(m, [&](const RowSet& r) { Scaling::coefficients(so, lr, lambda, r.size(), n); });
-    }
-  }
 }
 
 /// f(w, g) with W's view and G's data as StepMaps of W's storage order (one branch on it, so that f is compiled
@@ -322,23 +281,20 @@ class Optimizer {
   /// One step, in place. Throws std::invalid_argument (leaving W and state unchanged) on bad
   /// hyperparameters, a shape or layout mismatch, or (under NonFinite::Throw) a non-finite gradient.
   /// W and G contiguous in one storage order (Matrix, Map of one) step through one compiled path per order
-  /// (step_map); other expressions (a Block, a Ref, a G computed on the fly) are evaluated as given.
+  /// (step_map); a Block or Ref steps in place, and what is no view of memory (an IndexedView W, a G computed on the
+  /// fly) as a copy in the optimizer's buffers (W written back).
   template <class WMat, class GMat>
   void step(WMat&& w, const Eigen::MatrixBase<GMat>& g, State& state) {
     static_assert(detail::is_eigen_matrix_v<WMat>,
                   "matopt::Optimizer::step: W must be an Eigen matrix (Matrix, Map, Ref, Block)");
     using W = detail::remove_cvref_t<WMat>;
-    if constexpr (detail::steps_as_map_v<T, W, GMat>) {
-      constexpr Layout layout = detail::layout_of_v<W>;
+    constexpr Layout layout = detail::layout_of_v<W>;
+    if constexpr (detail::steps_as_map_v<T, W, GMat>)
       step_map<layout>(detail::step_map<T, layout>(w), detail::step_map<const T, layout>(g.derived()), state);
-    } else {
-      validate(options_, Defaults::name);
-      const ParamStep<T> k = own_settings();
-      const detail::GradAction action = check(w, g, state, k);
-      reserve_precondition(workspace_, w.rows(), w.cols());
-      reserve_block_workspaces(w.rows(), w.cols(), detail::available_threads());
-      run(w, g.derived(), action, state, workspace_, k);
-    }
+    else
+      on_views(w, g.derived(), [&](detail::Strided<T> wv, detail::Strided<const T> gv, const T* param) {
+        step_views<layout, false>(wv, gv, state, param);
+      });
   }
 
   /// Steps many parameters at once: params[i] with grads[i] and states[i]. Everything is checked before
@@ -369,9 +325,9 @@ class Optimizer {
   }
 
   /// Reports every `t.every`-th step of each parameter to `t.callback` (step_policy.hpp). Off by default.
-  void set_telemetry(Telemetry<T> t) { telemetry_ = std::move(t); }
+  void set_telemetry(Telemetry<T> t) { driver_.telemetry = std::move(t); }
   /// The telemetry settings (set_telemetry).
-  const Telemetry<T>& telemetry() const { return telemetry_; }
+  const Telemetry<T>& telemetry() const { return driver_.telemetry; }
 
   /// The per-parameter learning rate the update actually uses: lr * s(m, n) for Static scaling, lr * r * s
   /// (last step's trust ratio) for TrustRatio.
@@ -380,8 +336,7 @@ class Optimizer {
   /// Bytes of the workspace shared by every parameter this optimizer steps (sized by the largest), plus
   /// the per-thread workspaces of the batched step (sized by the largest small parameter).
   std::size_t workspace_bytes() const {
-    std::size_t b = bytes_of(workspace_) + clean_.bytes() + copy_w_.bytes() + copy_g_.bytes() + report_w_.bytes() +
-                    report_u_.bytes();
+    std::size_t b = bytes_of(workspace_) + driver_.bytes() + copy_w_.bytes() + copy_g_.bytes();
     for (const auto& ws : thread_workspaces_) b += bytes_of(ws);
     return b;
   }
@@ -406,6 +361,9 @@ class Optimizer {
   /// Whether the preconditioner steps through its engine form on the host (detail::host_engine_form_v: the
   /// composites), with detail::HostEngine on a HostWorkspace; the others run their host form on Eigen expressions.
   static constexpr bool engine_form = detail::host_engine_form_v<Preconditioner, T>;
+  /// Whether the whole step may run in one pass over contiguous W, G and V (fused_step: the normalizations).
+  static constexpr bool fused = MomentumPolicy::has_buffer && detail::has_fused_step_v<Preconditioner> &&
+                                detail::has_fused_step_v<Scaling>;
   static_assert(!engine_form || detail::has_engine_form_v<Preconditioner, detail::HostWorkspace<T>>,
                 "matopt::Optimizer<T, Preconditioner, ...>: a preconditioner declares a host form (`template <class "
                 "T> struct Workspace` with `std::size_t bytes() const`, `template <class T> static void "
@@ -415,6 +373,8 @@ class Optimizer {
   using Workspace = detail::host_workspace_t<Preconditioner, T>;
   /// An engine form's step on the host engine (core/detail/engine_step.hpp).
   using Step = detail::EngineStep<T, Preconditioner, MomentumPolicy, Scaling, detail::HostEngine, Workspace, Options>;
+  /// The gate, report and counters around a step (core/detail/driver.hpp).
+  using Driver = detail::Driver<T, Preconditioner, MomentumPolicy, Scaling, Options, detail::HostStore, StepReport<T>>;
   static_assert(!detail::splits_rows_v<Preconditioner> || engine_form,
                 "matopt::Optimizer: a preconditioner that declares splits_rows has an engine form and no host form "
                 "(no Workspace<T>): row blocks are stepped through the engine form (core/detail/engine_step.hpp)");
@@ -446,10 +406,7 @@ class Optimizer {
   /// The settings of a step that uses this optimizer's own options.
   ParamStep<T> own_settings() const { return {options_.lr, options_.weight_decay, options_.non_finite, std::nullopt}; }
   /// effective_lr() at the given lr.
-  T effective_lr(const State& s, T lr) const {
-    const Index rows = detail::reported_rows<Preconditioner>(options_.precondition, s.rows);
-    return Scaling::effective_lr(options_.scaling, s.scaling, lr, rows, s.cols);
-  }
+  T effective_lr(const State& s, T lr) const { return Driver::effective_lr(options_, s, lr); }
 
   /// Whether the batched step runs this parameter in its parallel part, one thread each: an engine that can be
   /// held to the calling thread (a threaded BLAS called from several threads at once oversubscribes the cores:
@@ -477,7 +434,7 @@ class Optimizer {
   /// row blocks stepped in parallel: a workspace per extra thread sized for the blocks).
   void reserve_workspaces(Index m, Index n, int threads) {
     reserve_precondition(workspace_, m, n);
-    if (options_.non_finite == NonFinite::Zero) clean_.reserve(m * n);
+    driver_.reserve(options_, m * n);
     if (small(m, n)) {
       if (thread_workspaces_.size() + 1 < std::size_t(threads)) thread_workspaces_.resize(std::size_t(threads - 1));
       for (auto& ws : thread_workspaces_) reserve_precondition(ws, m, n);
@@ -503,130 +460,103 @@ class Optimizer {
     for (auto& ws : thread_workspaces_) reserve_precondition(ws, m, n, false);
   }
 
-  /// Shapes, layout and finite values; throws before anything is written. Returns what the step does with
-  /// G under the non-finite policy.
-  template <class WMat, class GMat>
-  detail::GradAction check(const WMat& w, const GMat& g, const State& state, const ParamStep<T>& k) const {
+  /// Shapes, layout, the options' rules and finite values of a step of W with G (views laid out as L); throws before
+  /// anything is written. Returns what the step does with G under the non-finite policy.
+  template <Layout L>
+  detail::GradAction check(detail::Strided<const T> w, detail::Strided<const T> g, const State& state,
+                           const ParamStep<T>& k) const {
     constexpr const char* where = Defaults::name;
-    check_shapes(w.rows(), w.cols(), detail::layout_of_v<WMat>, g.rows(), g.cols(), state, where);
-    check_row_blocks(w.rows(), w.cols());
+    check_shapes(w.rows, w.cols, L, g.rows, g.cols, state, where);
+    Driver::check(options_, w.rows, w.cols, k.lr, k.weight_decay, where);
     using PreState = decltype(state.precondition);
     if constexpr (detail::has_check_state_v<Preconditioner, PreState, decltype(options_.precondition)>)
-      Preconditioner::check_state(state.precondition, options_.precondition, w.rows(), w.cols(), where);
-    detail::check_step_coefficients<Scaling>(options_.scaling, k.lr, k.weight_decay, options_.precondition,
-                                             w.rows(), w.cols());
-    return detail::gradient_action(k.finite ? *k.finite : detail::all_finite(g), k.non_finite, where, g.rows(),
-                                   g.cols());
+      Preconditioner::check_state(state.precondition, options_.precondition, w.rows, w.cols, where);
+    return detail::gradient_action(k.finite ? *k.finite : detail::HostEngine::all_finite(g), k.non_finite, where,
+                                   g.rows, g.cols);
   }
 
-  void check_row_blocks(Index m, Index n) const {
-    detail::check_row_blocks<Preconditioner, Scaling, T>(options_.precondition, m, n, Defaults::name);
+  /// One step of W with G (views laid out as L, contiguous where `Contiguous`; param: W's data in a report).
+  template <Layout L, bool Contiguous>
+  void step_views(detail::Strided<T> w, detail::Strided<const T> g, State& state, const T* param) {
+    validate(options_, Defaults::name);
+    const ParamStep<T> k = own_settings();
+    const detail::GradAction action = check<L>(w, g, state, k);
+    reserve_precondition(workspace_, w.rows, w.cols);  // no-op unless another optimizer made state
+    reserve_block_workspaces(w.rows, w.cols, detail::available_threads());  // likewise
+    run<L, Contiguous>(w, g, action, state, workspace_, k, param);
   }
 
-  /// A checked step: skipped, taken on G with its non-finite entries zeroed, or taken; reporting to the
-  /// telemetry callback when due.
-  template <class WMat, class GMat>
-  void run(WMat& w, const GMat& g, detail::GradAction action, State& state, Workspace& ws, const ParamStep<T>& k) {
-    if (action == detail::GradAction::Skip) {
-      ++state.skipped;
-      return;
-    }
+  /// A checked step (core/detail/driver.hpp: skipped, taken on G with its non-finite entries zeroed, or taken, and
+  /// reported when due), on workspace ws.
+  template <Layout L, bool Contiguous>
+  void run(detail::Strided<T> w, detail::Strided<const T> g, detail::GradAction action, State& state, Workspace& ws,
+           const ParamStep<T>& k, const T* param) {
     std::optional<detail::SerialEngineScope> serial;
-    if (serial_products(w.rows(), w.cols())) serial.emplace();
-    if (action == detail::GradAction::Zero) {
-      constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
-      clean_.reserve(g.size());  // allocates only if the policy was switched to Zero after make_state
-      Eigen::Map<detail::DynamicMatrix<T, layout>> clean(clean_.data(), g.rows(), g.cols());
-      clean = g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); });
-      run(w, detail::step_map<const T, layout>(clean_.data(), g.rows(), g.cols()), detail::GradAction::Apply, state,
-          ws, k);
-      ++state.zeroed;
-      return;
-    }
-    if (telemetry_.due(state.steps + 1))
-      report(w, g, state, ws, k);
-    else
-      apply(w, g, state, ws, k);
+    if (serial_products(w.rows, w.cols)) serial.emplace();
+    detail::HostEngine e;
+    driver_.run(e, options_, w, g, state.momentum.data(), action, state, k.lr, param,
+                [&](detail::Strided<const T> gs) { apply<L, Contiguous>(w, gs, state, ws, k); });
   }
 
-  /// apply() with a report: copies W and U first, then calls the telemetry callback.
-  template <class WMat, class GMat>
-  void report(WMat& w, const GMat& g, State& state, Workspace& ws, const ParamStep<T>& k) {
-    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
-    using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
-    const Index m = w.rows(), n = w.cols();
-    report_w_.reserve(m * n);
-    report_u_.reserve(m * n);
-    Map before(report_w_.data(), m, n), u(report_u_.data(), m, n);
-    before = w;
-    if constexpr (MomentumPolicy::has_buffer) {
-      const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
-      u = c.u_g * g + c.u_v * Map(state.momentum.data(), m, n);
-    } else {
-      u = g;
-    }
-    apply(w, g, state, ws, k);
-    StepReport<T> r;
-    if constexpr (bool(detail::remove_cvref_t<WMat>::Flags & Eigen::DirectAccessBit)) r.param = w.data();
-    r.rows = m;
-    r.cols = n;
-    r.step = state.steps;
-    r.direction = MatrixView<const T>{u.data(), m, n, layout};
-    r.update_rms = m * n == 0 ? 0.0 : double((w - before).norm()) / std::sqrt(double(m) * double(n));
-    r.effective_lr = double(effective_lr(state, k.lr));
-    telemetry_.callback(r);
-  }
-
-  /// The step itself, on checked arguments, with workspace ws.
-  template <class WMat, class GMat>
-  void apply(WMat& w, const GMat& g, State& state, Workspace& ws, const ParamStep<T>& k_step) {
-    using WPlain = detail::remove_cvref_t<WMat>;
-    constexpr Layout layout = detail::layout_of_v<WPlain>;
-    if (w.size() == 0) {
-      ++state.steps;
-      return;
-    }
+  /// The step itself, on checked views laid out as L, with workspace ws: the fused one-pass step where it applies,
+  /// else the engine form's step or the host form's.
+  template <Layout L, bool Contiguous>
+  void apply(detail::Strided<T> w, detail::Strided<const T> g, State& state, Workspace& ws, const ParamStep<T>& k) {
+    const Index m = w.rows, n = w.cols;
+    if (m * n == 0) return;
     const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
-    const T lr = k_step.lr, lambda = k_step.weight_decay;
-    if constexpr (fusable<WPlain, GMat>()) {
+    T* const v = state.momentum.data();
+    if constexpr (fused) {
       // One pass over memory for the whole step (normalization presets; fused_normalize.hpp).
-      if (detail::is_contiguous(w) && detail::is_contiguous(g)) {
-        const auto k = Scaling::coefficients(options_.scaling, lr, lambda, w.rows(), w.cols());
-        Preconditioner::template fused_step<layout>(w.data(), g.data(), state.momentum.data(), w.rows(), w.cols(),
-                                                    {c, T(options_.precondition.eps), k.keep, k.step, k.cautious}, ws);
-        ++state.steps;
+      if (Contiguous || (contiguous<L>(w) && contiguous<L>(g))) {
+        const auto s = Scaling::coefficients(options_.scaling, k.lr, k.weight_decay, m, n);
+        Preconditioner::template fused_step<L>(w.data, g.data, v, m, n,
+                                               {c, T(options_.precondition.eps), s.keep, s.step, s.cautious}, ws);
         return;
       }
     }
     if constexpr (engine_form) {
-      on_views(w, g, [&](detail::Strided<T> wv, detail::Strided<const T> gv) {
-        detail::HostEngine e;
-        engine_step(e, state, layout, k_step)
-            .apply(ws, wv, gv, detail::strided(state.momentum.data(), w.rows(), w.cols(), layout),
-                   [&](Index count, auto&& block) { each_block(w.rows(), ws, count, block); });
-      });
-    } else {
+      detail::HostEngine e;
+      engine_step(e, state, L, k).apply(ws, w, g, detail::strided(v, m, n, L),
+                                        [&](Index count, auto&& block) { each_block(m, ws, count, block); });
+    } else {  // the host form, on Eigen maps of the views
+      using Stride = std::conditional_t<Contiguous, Eigen::Stride<0, 0>, Eigen::OuterStride<>>;
+      Eigen::Map<detail::DynamicMatrix<T, L>, 0, Stride> wm(w.data, m, n, stride<Stride, L>(w));
+      const Eigen::Map<const detail::DynamicMatrix<T, L>, 0, Stride> gm(g.data, m, n, stride<Stride, L>(g));
+      Eigen::Map<detail::DynamicMatrix<T, L>> vm(v, MomentumPolicy::has_buffer ? m : 0,
+                                                 MomentumPolicy::has_buffer ? n : 0);
       auto update = [&](const auto& d) {
         detail::HostEngine engine;
-        Scaling::update(engine, w, d, g, state.scaling, options_.scaling, lr, lambda);
+        Scaling::update(engine, wm, d, gm, state.scaling, options_.scaling, k.lr, k.weight_decay);
       };
-      Eigen::Map<detail::DynamicMatrix<T, layout>> v(state.momentum.data(), MomentumPolicy::has_buffer ? w.rows() : 0,
-                                                     MomentumPolicy::has_buffer ? w.cols() : 0);
       auto precondition = [&](const auto& u) {
         if constexpr (detail::reads_gradient_v<Preconditioner>)
-          Preconditioner::template apply<T>(u, g, options_.precondition, ws, state.precondition, update);
+          Preconditioner::template apply<T>(u, gm, options_.precondition, ws, state.precondition, update);
         else if constexpr (detail::has_policy_state_v<Preconditioner, T>)
           Preconditioner::template apply<T>(u, options_.precondition, ws, state.precondition, update);
         else
           Preconditioner::template apply<T>(u, options_.precondition, ws, update);
       };
-      if constexpr (MomentumPolicy::has_buffer)
-        precondition(c.u_g * g + c.u_v * v);
-      else
-        precondition(g);
-      if constexpr (MomentumPolicy::has_buffer) v = c.v_v * v + c.v_g * g;
+      if constexpr (MomentumPolicy::has_buffer) {
+        precondition(c.u_g * gm + c.u_v * vm);
+        vm = c.v_v * vm + c.v_g * gm;
+      } else {
+        precondition(gm);
+      }
     }
-    ++state.steps;
+  }
+  /// Whether x is contiguous in the storage order L.
+  template <Layout L, class X>
+  static bool contiguous(const detail::Strided<X>& x) {
+    return L == Layout::RowMajor ? x.cs == 1 && (x.rs == x.cols || x.rows <= 1)
+                                 : x.rs == 1 && (x.cs == x.rows || x.cols <= 1);
+  }
+  /// The Eigen stride of a view laid out as L (its outer stride, at least the inner size).
+  template <class Stride, Layout L, class X>
+  static Stride stride(const detail::Strided<X>& x) {
+    if constexpr (std::is_same_v<Stride, Eigen::Stride<0, 0>>) return Stride();
+    else if constexpr (L == Layout::RowMajor) return Stride(std::max(x.rs, x.cols));
+    else return Stride(std::max(x.cs, x.rows));
   }
 
   /// The step on the host engine (core/detail/engine_step.hpp) of a parameter with this state.
@@ -643,25 +573,25 @@ class Optimizer {
     if constexpr (detail::reads_gradient_v<P>) step.moment = state.precondition.second_moment.data();
     return step;
   }
-  /// f(W, G) on views of host memory: W and G themselves where they are views (direct access, unit inner stride),
-  /// else copies in buffers of this optimizer, grown the first time a larger one comes (W's written back after).
+  /// f(W, G, param) on views of host memory laid out as W: W and G themselves where they are such views (direct
+  /// access, unit inner stride, G in W's storage order), else copies in buffers of this optimizer, grown the first
+  /// time a larger one comes (W's written back after; param, W's data, then null).
   template <class WMat, class GMat, class F>
   void on_views(WMat& w, const GMat& g, F&& f) {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
-    if (!viewable(w)) {  // an IndexedView, a Reverse, an inner stride
-      copy_w_.reserve(w.size());
-      Eigen::Map<detail::DynamicMatrix<T, layout>> copy(copy_w_.data(), w.rows(), w.cols());
-      copy = w;
-      on_views(copy, g, f);
-      w = copy;
-    } else if (!viewable(g)) {  // an expression computed on the fly (a zeroed G is one of clean_ already)
-      copy_g_.reserve(g.size());
-      Eigen::Map<detail::DynamicMatrix<T, layout>> copy(copy_g_.data(), g.rows(), g.cols());
-      copy = g;
-      f(view_of(w), detail::Strided<const T>(detail::strided(copy_g_.data(), g.rows(), g.cols(), layout)));
-    } else {
-      f(view_of(w), view_of(g));
-    }
+    using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
+    const auto with_g = [&](detail::Strided<T> wv, const T* param) {
+      if (viewable(g) && detail::layout_of_v<GMat> == layout) return f(wv, view_of(g), param);
+      copy_g_.reserve(g.size());  // an expression computed on the fly, or G in the other storage order
+      Map(copy_g_.data(), g.rows(), g.cols()) = g;
+      f(wv, detail::Strided<const T>(detail::strided(copy_g_.data(), g.rows(), g.cols(), layout)), param);
+    };
+    if (viewable(w)) return with_g(view_of(w), view_of(w).data);
+    copy_w_.reserve(w.size());  // an IndexedView, a Reverse, an inner stride
+    Map copy(copy_w_.data(), w.rows(), w.cols());
+    copy = w;
+    with_g(view_of(copy), nullptr);
+    w = copy;
   }
   template <class X>
   static bool viewable(const X& x) {
@@ -707,19 +637,6 @@ class Optimizer {
     for (Index i = 0; i < count; ++i) block(i, ws);
   }
 
-  /// Whether the fused one-pass step applies to these argument types (the run-time part: contiguity).
-  template <class WPlain, class GMat>
-  static constexpr bool fusable() {
-    if constexpr (MomentumPolicy::has_buffer && detail::has_fused_step_v<Preconditioner> &&
-                  detail::has_fused_step_v<Scaling>) {
-      return bool(WPlain::Flags & Eigen::DirectAccessBit) && bool(GMat::Flags & Eigen::DirectAccessBit) &&
-             detail::layout_of_v<WPlain> == detail::layout_of_v<GMat> &&
-             std::is_same_v<typename GMat::Scalar, T> && std::is_same_v<typename WPlain::Scalar, T>;
-    } else {
-      return false;
-    }
-  }
-
   static void check_shapes(Index wr, Index wc, Layout wl, Index gr, Index gc, const State& s,
                            const char* where) {
     if (gr != wr || gc != wc)
@@ -735,7 +652,7 @@ class Optimizer {
   Options options_;
   Workspace workspace_;
   std::vector<Workspace> thread_workspaces_;  ///< batched step: workspaces of threads 1, 2, ...
-  detail::Buffer<T> clean_;                    ///< G with non-finite entries zeroed (NonFinite::Zero)
+  Driver driver_;                              ///< the gate, reports and counters around each step
   detail::Buffer<T> copy_w_, copy_g_;          ///< an engine form's W and G where they are no views (on_views)
   struct Pending {
     detail::GradAction action = detail::GradAction::Apply;
@@ -743,8 +660,6 @@ class Optimizer {
   };
   std::vector<Pending> pending_;               ///< batched step: each parameter's action
   std::size_t states_made_ = 0;
-  Telemetry<T> telemetry_;
-  detail::Buffer<T> report_w_, report_u_;      ///< telemetry: W before the step, and U
 };
 
 template <class T, class P, class M, class S, class D>
@@ -764,12 +679,7 @@ typename Optimizer<T, P, M, S, D>::State Optimizer<T, P, M, S, D>::make_state(In
 template <class T, class P, class M, class S, class D>
 template <Layout L>
 void Optimizer<T, P, M, S, D>::step_map(detail::StepMap<T, L> w, detail::StepMap<const T, L> g, State& state) {
-  validate(options_, D::name);
-  const ParamStep<T> k = own_settings();
-  const detail::GradAction action = check(w, g, state, k);
-  reserve_precondition(workspace_, w.rows(), w.cols());  // no-op unless another optimizer made state
-  reserve_block_workspaces(w.rows(), w.cols(), detail::available_threads());  // likewise
-  run(w, g, action, state, workspace_, k);
+  step_views<L, true>(view_of(w), view_of(g), state, w.data());
 }
 
 template <class T, class P, class M, class S, class D>
@@ -794,22 +704,24 @@ void Optimizer<T, P, M, S, D>::step_batch(const std::vector<MatrixView<T>>& para
       detail::require_positive(where, "lr", settings_of(i).lr);
       detail::require_nonnegative(where, "weight_decay", settings_of(i).weight_decay);
     }
-    detail::with_step_maps(params[i], grads[i], [&](const auto& w, const auto& g) {
-      pending_[i].action = check(w, g, state_at(i), settings_of(i));
+    detail::with_step_maps(params[i], grads[i], [&](auto& w, const auto& g) {
+      constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<decltype(w)>>;
+      pending_[i].action = check<layout>(view_of(w), view_of(g), state_at(i), settings_of(i));
     });
   }
   const int threads = detail::available_threads();
   for (std::size_t i = 0; i < params.size(); ++i) reserve_workspaces(params[i].rows, params[i].cols, threads);
   auto one = [&](std::size_t i, Workspace& ws) {
     detail::with_step_maps(params[i], grads[i], [&](auto& w, const auto& g) {
-      run(w, g, pending_[i].action, state_at(i), ws, settings_of(i));
+      constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<decltype(w)>>;
+      run<layout, true>(view_of(w), view_of(g), pending_[i].action, state_at(i), ws, settings_of(i), w.data());
     });
   };
   // Parallel: small parameters with a plain step. The rest (large, zeroed or reporting) one by one.
   // Decided before anything steps (a step advances the state's count, which telemetry reads).
   for (std::size_t i = 0; i < params.size(); ++i)
-    pending_[i].parallel = small(params[i].rows, params[i].cols) &&
-                           pending_[i].action != detail::GradAction::Zero && !telemetry_.due(state_at(i).steps + 1);
+    pending_[i].parallel = small(params[i].rows, params[i].cols) && pending_[i].action != detail::GradAction::Zero &&
+                           !driver_.telemetry.due(state_at(i).steps + 1);
   {
     [[maybe_unused]] const detail::SerialEngineScope serial;
     detail::parallel_for(Index(params.size()), [&](Index i) {

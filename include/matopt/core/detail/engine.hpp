@@ -16,6 +16,7 @@
 // (core/optimizer.hpp) calls it from several threads at once only inside a SerialEngineScope.
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include <Eigen/Core>
@@ -24,6 +25,7 @@
 #include "matopt/core/detail/norms.hpp"
 #include "matopt/core/detail/parallel.hpp"
 #include "matopt/core/detail/strided.hpp"
+#include "matopt/core/detail/traits.hpp"
 
 #if defined(MATOPT_USE_BLAS)
 #include <mutex>
@@ -407,6 +409,19 @@ struct HostEngine {
   template <class T>
   static void copy(ConstView<T> x, const Strided<T>& out) {
     elementwise([&](auto&& o, const auto& xm) { o = xm; }, out, x);
+  }
+  /// out = g with its non-finite entries zeroed (NonFinite::Zero).
+  template <class T>
+  static void clean(const Strided<T>& out, ConstView<T> g) {
+    elementwise([](auto&& o, const auto& gm) { o = gm.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); }); },
+                out, g);
+  }
+  /// Whether every entry of x is finite (traits.hpp's all_finite: one vectorized pass, in parallel when dense).
+  template <class T>
+  static bool all_finite(const Strided<T>& x) {
+    bool finite = true;
+    elementwise([&](const auto& m) { finite = detail::all_finite(m); }, x);
+    return finite;
   }
   /// Frobenius norm without overflow or underflow (norms.hpp); a dense x as one vector, summed in the order of a
   /// contiguous matrix.

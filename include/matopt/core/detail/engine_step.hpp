@@ -10,7 +10,7 @@
 // preconditioned on its share of a second moment's S and updated as a parameter of its own shape; the momentum is
 // updated once, after. Blocks of one shape run through one batched Newton-Schulz where the engine has it
 // (Engine::has_batched_ns: the CUDA engine). Optimizer runs this on HostEngine, DeviceOptimizer on ThrustEngine and
-// the CUDA engine; what differs between them (where the state lives, the gradient gate, threads) stays with them.
+// the CUDA engine, inside the gate, report and counters of detail::Driver (core/detail/driver.hpp).
 
 #include <array>
 #include <type_traits>

@@ -32,7 +32,6 @@ struct EngineWorkspace {
   Vector u2;       ///< NuclearScaled, moments reading ||U||: U formed again
   Vector gram;     ///< Adaptive: the k x k Gram of U
   Vector vectors;  ///< SpectralCap: u (m elements), then v (n)
-  Vector clean;    ///< G with its non-finite entries zeroed (NonFinite::Zero, device)
   Vector block_w, block_g;  ///< a split_groups row block gathered for a scaling's own update (device)
   DiagonalDominanceWorkspace<T> dominance;   ///< Adaptive: host memory for the Gram's statistics
   Buffer<T> host_u;  ///< a device's U (or P) in host memory: AutoSteps' plan, ExactPolar, Dion's QR
@@ -44,7 +43,7 @@ struct EngineWorkspace {
   /// Bytes of the engine buffers.
   std::size_t bytes() const {
     std::size_t n = 0;
-    for (const Vector* v : {&u, &x, &y, &a, &b, &q, &t, &scale, &u2, &gram, &vectors, &clean, &block_w, &block_g})
+    for (const Vector* v : {&u, &x, &y, &a, &b, &q, &t, &scale, &u2, &gram, &vectors, &block_w, &block_g})
       n += Store::size(*v);
     return n * sizeof(T);
   }
