@@ -50,13 +50,16 @@ using DynamicMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, eigen_ord
 template <class T, Layout L>
 using StepMap = Eigen::Map<std::conditional_t<std::is_const_v<T>, const DynamicMatrix<std::remove_const_t<T>, L>,
                                               DynamicMatrix<T, L>>>;
-/// Whether W (and G) of these types step as StepMaps: contiguous (direct and linear access), T's scalar, one order.
+/// Whether an expression of type X is contiguous memory of X's storage order by its type: direct access, and linear
+/// access as its evaluator declares it (a Matrix's own Flags leave LinearAccessBit to the evaluator).
+template <class X>
+inline constexpr bool contiguous_type_v = bool(X::Flags & Eigen::DirectAccessBit) &&
+                                          bool(Eigen::internal::evaluator<X>::Flags & Eigen::LinearAccessBit);
+/// Whether W (and G) of these types step as StepMaps: contiguous by type, T's scalar, one order.
 template <class T, class W, class G>
-inline constexpr bool steps_as_map_v =
-    bool(W::Flags & Eigen::DirectAccessBit) && bool(W::Flags & Eigen::LinearAccessBit) &&
-    bool(W::Flags & Eigen::LvalueBit) && bool(G::Flags & Eigen::DirectAccessBit) &&
-    bool(G::Flags & Eigen::LinearAccessBit) && std::is_same_v<typename W::Scalar, T> &&
-    std::is_same_v<typename G::Scalar, T> && layout_of_v<W> == layout_of_v<G>;
+inline constexpr bool steps_as_map_v = contiguous_type_v<W> && bool(W::Flags & Eigen::LvalueBit) &&
+                                       contiguous_type_v<G> && std::is_same_v<typename W::Scalar, T> &&
+                                       std::is_same_v<typename G::Scalar, T> && layout_of_v<W> == layout_of_v<G>;
 /// The StepMap of m.
 template <class T, Layout L, class M>
 StepMap<T, L> step_map(M& m) {
