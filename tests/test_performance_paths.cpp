@@ -58,8 +58,8 @@ TEST_CASE_TEMPLATE("tiled symmetric Newton–Schulz matches the plain reference"
 }
 
 TEST_CASE_TEMPLATE("fused normalization steps match the reference path", T, float, double) {
-  // The reference path: the same optimizer stepping a Block (not contiguous), which takes the generic
-  // expression path instead of the fused kernel.
+  // The reference path: the same optimizer stepping a Block (not contiguous), which takes the host form on strided
+  // maps instead of the fused kernel.
   auto compare = [](auto opt, Index m, Index n, auto tag) {
     using M = decltype(tag);
     M big = randn<M>(m + 3, n + 2, 1);
@@ -84,6 +84,48 @@ TEST_CASE_TEMPLATE("fused normalization steps match the reference path", T, floa
     compare(ColNorm<T>{}, m, n, RowMat<T>());
     compare(ColNorm<T>{}, m, n, ColMat<T>());
   }
+}
+
+TEST_CASE_TEMPLATE("a strided vector W and a broadcast G step as their plain copies", T, float, double) {
+  // A row of a column-major matrix and a diagonal are vectors of stride > 1 (Eigen's evaluator still calls them
+  // linear): they step as copies, written back. A G mapped with outer stride 0 (every column the same vector) is
+  // read as the matrix it stands for. Bit for bit the plain matrices' step; the rest of the matrix unchanged.
+  using Mat = Eigen::Matrix<T, -1, -1>;
+  using Row = Eigen::Matrix<T, 1, -1>;
+  auto check = [](auto opt) {
+    Mat big = randn(5, 6, 7).template cast<T>();
+    const Mat before = big;
+    const Row g = randn(1, 6, 8).template cast<T>();
+    Row plain = big.row(2);
+    auto st = opt.make_state(plain);
+    auto plain_st = opt.make_state(plain);
+    for (int k = 0; k < 2; ++k) {
+      opt.step(big.row(2), g, st);
+      opt.step(plain, g, plain_st);
+    }
+    CHECK(Row(big.row(2)) == plain);
+    for (int i : {0, 1, 3, 4}) CHECK(big.row(i) == before.row(i));
+    Eigen::Matrix<T, -1, 1> diag = big.diagonal();
+    auto dst = opt.make_state(diag);
+    auto diag_st = opt.make_state(diag);
+    const Eigen::Matrix<T, -1, 1> gd = randn(5, 1, 9).template cast<T>();
+    opt.step(big.diagonal(), gd, dst);
+    opt.step(diag, gd, diag_st);
+    CHECK(Eigen::Matrix<T, -1, 1>(big.diagonal()) == diag);
+    CHECK(big(0, 1) == before(0, 1));
+    Mat w = randn(4, 3, 10).template cast<T>(), w_plain = w;
+    const Eigen::Matrix<T, -1, 1> column = randn(4, 1, 11).template cast<T>();
+    const Eigen::Map<const Mat, 0, Eigen::OuterStride<>> broadcast(column.data(), 4, 3, Eigen::OuterStride<>(0));
+    const Mat g_plain = broadcast;
+    auto bst = opt.make_state(w);
+    auto plain_bst = opt.make_state(w_plain);
+    opt.step(w, broadcast, bst);
+    opt.step(w_plain, g_plain, plain_bst);
+    CHECK(w == w_plain);
+  };
+  check(Muon<T>{});
+  check(RMNP<T>{});
+  check(Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<>>{});
 }
 
 TEST_CASE_TEMPLATE("batched step equals stepping each parameter alone, for 1 and 2 threads", T, float, double) {

@@ -304,7 +304,7 @@ class DeviceOptimizer {
     const detail::GradAction action =
         detail::gradient_action(engine_.all_finite(gs), options_.non_finite, where, g.rows, g.cols);
     const detail::Strided<T> wv = detail::strided(w);
-    driver_.run(engine_, options_, wv, gs, momentum(state), action, state, options_.lr, w.data,
+    driver_.run(engine_, options_, w.layout, wv, gs, momentum(state), action, state, options_.lr, w.data,
                 [&](detail::Strided<const T> gz) { apply(wv, gz, state); });
   }
   /// One step of DeviceMatrix W with gradient G.

@@ -292,9 +292,10 @@ class Optimizer {
     if constexpr (detail::steps_as_map_v<T, W, GMat>)
       step_map<layout>(detail::step_map<T, layout>(w), detail::step_map<const T, layout>(g.derived()), state);
     else
-      on_views(w, g.derived(), [&](detail::Strided<T> wv, detail::Strided<const T> gv, const T* param) {
-        step_views<layout, false>(wv, gv, state, param);
-      });
+      on_views(w, g.derived(),
+               [&](detail::Strided<T> wv, detail::Strided<const T> gv, const T* param, detail::Callback write_back) {
+                 step_views<layout, false>(wv, gv, state, param, write_back);
+               });
   }
 
   /// Steps many parameters at once: params[i] with grads[i] and states[i]. Everything is checked before
@@ -477,25 +478,29 @@ class Optimizer {
 
   /// One step of W with G (views laid out as L, contiguous where `Contiguous`; param: W's data in a report).
   template <Layout L, bool Contiguous>
-  void step_views(detail::Strided<T> w, detail::Strided<const T> g, State& state, const T* param) {
+  void step_views(detail::Strided<T> w, detail::Strided<const T> g, State& state, const T* param,
+                  detail::Callback write_back = {}) {
     validate(options_, Defaults::name);
     const ParamStep<T> k = own_settings();
     const detail::GradAction action = check<L>(w, g, state, k);
     reserve_precondition(workspace_, w.rows, w.cols);  // no-op unless another optimizer made state
     reserve_block_workspaces(w.rows, w.cols, detail::available_threads());  // likewise
-    run<L, Contiguous>(w, g, action, state, workspace_, k, param);
+    run<L, Contiguous>(w, g, action, state, workspace_, k, param, write_back);
   }
 
   /// A checked step (core/detail/driver.hpp: skipped, taken on G with its non-finite entries zeroed, or taken, and
-  /// reported when due), on workspace ws.
+  /// reported when due), on workspace ws; write_back() after the step (on_views).
   template <Layout L, bool Contiguous>
   void run(detail::Strided<T> w, detail::Strided<const T> g, detail::GradAction action, State& state, Workspace& ws,
-           const ParamStep<T>& k, const T* param) {
+           const ParamStep<T>& k, const T* param, detail::Callback write_back = {}) {
     std::optional<detail::SerialEngineScope> serial;
     if (serial_products(w.rows, w.cols)) serial.emplace();
     detail::HostEngine e;
-    driver_.run(e, options_, w, g, state.momentum.data(), action, state, k.lr, param,
-                [&](detail::Strided<const T> gs) { apply<L, Contiguous>(w, gs, state, ws, k); });
+    driver_.run(e, options_, L, w, g, state.momentum.data(), action, state, k.lr, param,
+                [&](detail::Strided<const T> gs) {
+                  apply<L, Contiguous>(w, gs, state, ws, k);
+                  write_back();
+                });
   }
 
   /// The step itself, on checked views laid out as L, with workspace ws: the fused one-pass step where it applies,
@@ -559,7 +564,10 @@ class Optimizer {
     }
   }
   /// Whether p is aligned as Eigen's own allocations are (EIGEN_MAX_ALIGN_BYTES).
-  static bool aligned(const T* p) { return reinterpret_cast<std::uintptr_t>(p) % EIGEN_MAX_ALIGN_BYTES == 0; }
+  static bool aligned(const T* p) {
+    if constexpr (EIGEN_MAX_ALIGN_BYTES == 0) return true;  // AlignedMax is Unaligned then
+    else return reinterpret_cast<std::uintptr_t>(p) % std::uintptr_t(EIGEN_MAX_ALIGN_BYTES) == 0;
+  }
   /// Whether x is contiguous in the storage order L.
   template <Layout L, class X>
   static bool contiguous(const detail::Strided<X>& x) {
@@ -588,34 +596,40 @@ class Optimizer {
     if constexpr (detail::reads_gradient_v<P>) step.moment = state.precondition.second_moment.data();
     return step;
   }
-  /// f(W, G, param) on views of host memory laid out as W: W and G themselves where they are such views (direct
-  /// access, unit inner stride, G in W's storage order), else copies in buffers of this optimizer, grown the first
-  /// time a larger one comes (W's written back after; param, W's data, then null).
+  /// f(W, G, param, write_back) on views of host memory laid out as W: W and G themselves where they are such views
+  /// (direct access, unit inner stride, lines apart by at least their length, G in W's storage order), else copies in
+  /// buffers of this optimizer, grown the first time a larger one comes; write_back() (after the step, before a
+  /// report) then copies W's back. param: W's data where it has one (a report's StepReport::param), else null.
   template <class WMat, class GMat, class F>
   void on_views(WMat& w, const GMat& g, F&& f) {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
     using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
-    const auto with_g = [&](detail::Strided<T> wv, const T* param) {
-      if (viewable(g) && detail::layout_of_v<GMat> == layout) return f(wv, view_of(g), param);
+    const auto with_g = [&](detail::Strided<T> wv, const T* param, detail::Callback write_back) {
+      if (viewable(g) && detail::same_layout(detail::layout_of_v<GMat>, layout, g.rows(), g.cols()))
+        return f(wv, view_of(g), param, write_back);
       copy_g_.reserve(g.size());  // an expression computed on the fly, or G in the other storage order
       Map(copy_g_.data(), g.rows(), g.cols()) = g;
-      f(wv, detail::Strided<const T>(detail::strided(copy_g_.data(), g.rows(), g.cols(), layout)), param);
+      f(wv, detail::Strided<const T>(detail::strided(copy_g_.data(), g.rows(), g.cols(), layout)), param, write_back);
     };
-    if (viewable(w)) return with_g(view_of(w), view_of(w).data);
+    if (viewable(w)) return with_g(view_of(w), view_of(w).data, {});
     copy_w_.reserve(w.size());  // an IndexedView, a Reverse, an inner stride
     Map copy(copy_w_.data(), w.rows(), w.cols());
     copy = w;
-    with_g(view_of(copy), nullptr);
-    w = copy;
+    auto write_back = [&] { w = copy; };
+    with_g(view_of(copy), data_of(w), detail::Callback(write_back));
+  }
+  /// x's data where it has direct access, else null.
+  template <class X>
+  static const T* data_of(X& x) {
+    if constexpr (bool(X::Flags & Eigen::DirectAccessBit) && std::is_same_v<typename X::Scalar, T>) return x.data();
+    else return nullptr;
   }
   template <class X>
   static bool viewable(const X& x) {
-    if constexpr (bool(X::Flags & Eigen::DirectAccessBit) && std::is_same_v<typename X::Scalar, T>) {
-      if constexpr (X::InnerStrideAtCompileTime == 1) return true;
-      else return x.innerStride() == 1;
-    } else {
+    if constexpr (bool(X::Flags & Eigen::DirectAccessBit) && std::is_same_v<typename X::Scalar, T>)
+      return x.innerStride() == 1 && (x.outerStride() >= x.innerSize() || x.outerSize() <= 1);
+    else
       return false;
-    }
   }
   /// x (viewable) as a Strided view.
   template <class X>
@@ -668,7 +682,7 @@ class Optimizer {
   Workspace workspace_;
   std::vector<Workspace> thread_workspaces_;  ///< batched step: workspaces of threads 1, 2, ...
   Driver driver_;                              ///< the gate, reports and counters around each step
-  detail::Buffer<T> copy_w_, copy_g_;          ///< an engine form's W and G where they are no views (on_views)
+  detail::Buffer<T> copy_w_, copy_g_;          ///< W and G where they are no views laid out as W (on_views)
   struct Pending {
     detail::GradAction action = detail::GradAction::Apply;
     bool parallel = false;

@@ -22,6 +22,22 @@
 
 namespace matopt::detail {
 
+/// A call of a callable that outlives it, by reference, without allocating (the host's write-back of a copied W);
+/// default-constructed: nothing.
+class Callback {
+ public:
+  Callback() = default;
+  template <class F>
+  explicit Callback(F& f) : f_(&f), call_([](void* x) { (*static_cast<F*>(x))(); }) {}
+  void operator()() const {
+    if (call_) call_(f_);
+  }
+
+ private:
+  void* f_ = nullptr;
+  void (*call_)(void*) = nullptr;
+};
+
 /// The driver of Optimizer<T, P, M, S> steps with options O, buffers in Store's memory (HostStore, DeviceStore:
 /// precondition/detail/engine_workspace.hpp) and telemetry reports of type Report (StepReport, DeviceStepReport).
 template <class T, class P, class M, class S, class O, class Store, class Report>
@@ -77,13 +93,14 @@ class Driver {
     return (Store::size(clean_) + Store::size(report_w_) + Store::size(report_u_)) * sizeof(T);
   }
 
-  /// One checked step of W with G (views of the engine's memory; V the momentum buffer in the state's layout, null
-  /// without one), after the gradient gate's `action`: skipped (counted), taken on G with its non-finite entries
-  /// zeroed (counted), or taken; reported when telemetry is due (param identifies W in the report). step(g) is the
-  /// optimizer's step on these views with gradient g (G, or its zeroed copy); the step counter is advanced here.
+  /// One checked step of W with G (views of the engine's memory; `layout`: W's storage order, V's, the buffers'; V
+  /// null without a momentum buffer), after the gradient gate's `action`: skipped (counted), taken on G with its
+  /// non-finite entries zeroed (counted), or taken; reported when telemetry is due (param identifies W in the report).
+  /// step(g) is the optimizer's step on these views with gradient g (G, or its zeroed copy); the step counter is
+  /// advanced here.
   template <class E, class State, class Step>
-  void run(E& e, const O& o, Strided<T> w, Strided<const T> g, const T* v, GradAction action, State& state, T lr,
-           const T* param, Step&& step) {
+  void run(E& e, const O& o, Layout layout, Strided<T> w, Strided<const T> g, const T* v, GradAction action,
+           State& state, T lr, const T* param, Step&& step) {
     if (action == GradAction::Skip) {
       ++state.skipped;
       return;
@@ -91,7 +108,7 @@ class Driver {
     const Index m = w.rows, n = w.cols;
     if (action == GradAction::Zero) {
       Store::grow(clean_, m * n);  // allocates only if the policy was switched to Zero after make_state
-      const Strided<T> clean = strided(Store::ptr(clean_), m, n, state.layout);
+      const Strided<T> clean = strided(Store::ptr(clean_), m, n, layout);
       if (m * n != 0) e.clean(clean, g);
       g = clean;
       ++state.zeroed;
@@ -104,13 +121,13 @@ class Driver {
     // A report: W before and U = u_g G + u_v V copied first, then the step, then the callback.
     Store::grow(report_w_, m * n);
     Store::grow(report_u_, m * n);
-    const Strided<T> before = strided(Store::ptr(report_w_), m, n, state.layout);
-    const Strided<T> u = strided(Store::ptr(report_u_), m, n, state.layout);
+    const Strided<T> before = strided(Store::ptr(report_w_), m, n, layout);
+    const Strided<T> u = strided(Store::ptr(report_u_), m, n, layout);
     if (m * n != 0) {
       e.copy(Strided<const T>(w), before);
       if constexpr (M::has_buffer) {
         const auto c = M::coefficients(o.momentum, o.nesterov);
-        e.combine(u, c.u_g, g, c.u_v, strided(v, m, n, state.layout));
+        e.combine(u, c.u_g, g, c.u_v, strided(v, m, n, layout));
       } else {
         e.copy(g, u);
       }
@@ -122,7 +139,7 @@ class Driver {
     r.rows = m;
     r.cols = n;
     r.step = state.steps;
-    r.direction = {u.data, m, n, state.layout};
+    r.direction = {u.data, m, n, layout};
     if (m * n != 0) {
       e.combine(before, T(1), Strided<const T>(w), T(-1), Strided<const T>(before));
       r.update_rms = double(e.norm(Strided<const T>(before))) / std::sqrt(double(m) * double(n));

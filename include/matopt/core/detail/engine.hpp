@@ -299,9 +299,10 @@ struct HostEngine {
   static Index rows(const M& x) { return x.rows(); }
   template <class M>
   static Index cols(const M& x) { return x.cols(); }
-  /// W <- keep W - step D.
+  /// W <- keep W - step D. Always inlined: GCC 12 kept this loop out of line behind a host form on Eigen maps, where
+  /// it ran 1.3x slower (D = sign(U) at 256^2: bench/results/2026-12-05-driver-ab.txt).
   template <class W, class D>
-  static void update(W& w, typename W::Scalar keep, typename W::Scalar step, const D& d) {
+  EIGEN_ALWAYS_INLINE static void update(W& w, typename W::Scalar keep, typename W::Scalar step, const D& d) {
     if (keep != typename W::Scalar(1))
       w = keep * w - step * d;
     else

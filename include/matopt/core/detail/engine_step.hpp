@@ -37,7 +37,7 @@ struct EngineStep {
   using Scaling = PolicyEngine<T, E, WS, S>;
   /// Preconditioners that read G and keep a second moment S (SecondMoment).
   static constexpr bool second_moment = reads_gradient_v<P>;
-  /// Row blocks, taken with a scaling that keeps no state (check_row_blocks).
+  /// Row blocks, taken with a scaling that keeps no state (Driver::check, core/detail/driver.hpp).
   static constexpr bool splits_rows = splits_rows_v<P> && std::is_empty_v<typename S::template State<T>>;
 
   E& e;

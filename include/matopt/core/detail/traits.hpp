@@ -50,11 +50,13 @@ using DynamicMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, eigen_ord
 template <class T, Layout L>
 using StepMap = Eigen::Map<std::conditional_t<std::is_const_v<T>, const DynamicMatrix<std::remove_const_t<T>, L>,
                                               DynamicMatrix<T, L>>>;
-/// Whether an expression of type X is contiguous memory of X's storage order by its type: direct access, and linear
-/// access as its evaluator declares it (a Matrix's own Flags leave LinearAccessBit to the evaluator).
+/// Whether an expression of type X is contiguous memory of X's storage order by its type: direct access, unit inner
+/// stride, and linear access as its evaluator declares it (a Matrix's own Flags leave LinearAccessBit to the evaluator,
+/// which also declares it for a vector of any stride: a row of a column-major matrix, a diagonal).
 template <class X>
-inline constexpr bool contiguous_type_v = bool(X::Flags & Eigen::DirectAccessBit) &&
-                                          bool(Eigen::internal::evaluator<X>::Flags & Eigen::LinearAccessBit);
+inline constexpr bool contiguous_type_v =
+    bool(X::Flags & Eigen::DirectAccessBit) && X::InnerStrideAtCompileTime == 1 &&
+    bool(Eigen::internal::evaluator<X>::Flags & Eigen::LinearAccessBit);
 /// Whether W (and G) of these types step as StepMaps: contiguous by type, T's scalar, one order.
 template <class T, class W, class G>
 inline constexpr bool steps_as_map_v = contiguous_type_v<W> && bool(W::Flags & Eigen::LvalueBit) &&
