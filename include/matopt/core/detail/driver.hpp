@@ -43,7 +43,7 @@ class Callback {
 template <class T, class P, class M, class S, class O, class Store, class Report>
 class Driver {
  public:
-  /// Every telemetry_every-th step's report (step_policy.hpp).
+  /// The telemetry settings: every `every`-th step of each parameter reported (step_policy.hpp).
   Telemetry<T, Report> telemetry;
 
   /// Throws, before anything is written, where a step of an m x n W at lr and lambda does not fit the options: row
