@@ -512,7 +512,7 @@ class Optimizer {
     T* const v = state.momentum.data();
     if constexpr (fused) {
       // One pass over memory for the whole step (normalization presets; fused_normalize.hpp).
-      if (Contiguous || (contiguous<L>(w) && contiguous<L>(g))) {
+      if (Contiguous || (detail::is_dense(w) && detail::is_dense(g))) {  // both laid out as L (on_views)
         const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
         const auto s = Scaling::coefficients(options_.scaling, k.lr, k.weight_decay, m, n);
         Preconditioner::template fused_step<L>(w.data, g.data, v, m, n,
@@ -568,12 +568,6 @@ class Optimizer {
     if constexpr (EIGEN_MAX_ALIGN_BYTES == 0) return true;  // AlignedMax is Unaligned then
     else return reinterpret_cast<std::uintptr_t>(p) % std::uintptr_t(EIGEN_MAX_ALIGN_BYTES) == 0;
   }
-  /// Whether x is contiguous in the storage order L.
-  template <Layout L, class X>
-  static bool contiguous(const detail::Strided<X>& x) {
-    return L == Layout::RowMajor ? x.cs == 1 && (x.rs == x.cols || x.rows <= 1)
-                                 : x.rs == 1 && (x.cs == x.rows || x.cols <= 1);
-  }
   /// The Eigen stride of a view laid out as L (its outer stride, at least the inner size).
   template <class Stride, Layout L, class X>
   static Stride stride(const detail::Strided<X>& x) {
@@ -611,7 +605,7 @@ class Optimizer {
       Map(copy_g_.data(), g.rows(), g.cols()) = g;
       f(wv, detail::Strided<const T>(detail::strided(copy_g_.data(), g.rows(), g.cols(), layout)), param, write_back);
     };
-    if (viewable(w)) return with_g(view_of(w), view_of(w).data, {});
+    if (viewable(w)) return with_g(view_of(w), data_of(w), {});
     copy_w_.reserve(w.size());  // an IndexedView, a Reverse, an inner stride
     Map copy(copy_w_.data(), w.rows(), w.cols());
     copy = w;
