@@ -271,7 +271,8 @@ void BM_GpuRmnpFused(benchmark::State& state) {
   RmnpSets sets;
   const auto c = Opt::MomentumType::coefficients(o.momentum, o.nesterov);
   const auto k = Opt::ScalingType::coefficients(o.scaling, o.lr, o.weight_decay, kN, kN);
-  const matopt::detail::FusedStep<float> f{c, float(o.precondition.eps), k.keep, k.step};
+  const matopt::detail::FusedStep<float> f{c, float(o.precondition.eps), k.keep, k.step, k.cautious};
+  int no_workspace = 0;  // the CUDA engine's fused step keeps its sums in its own scratch
   MATOPT_CUDA_CHECK(cudaDeviceSynchronize());
   Timer timer;
   timer.run(
@@ -281,7 +282,7 @@ void BM_GpuRmnpFused(benchmark::State& state) {
         e.fused_normalize_rows(
             matopt::detail::strided(raw(sets.w[s]), kN, kN, matopt::Layout::RowMajor),
             matopt::detail::strided(static_cast<const float*>(raw(sets.g[s])), kN, kN, matopt::Layout::RowMajor),
-            matopt::detail::strided(raw(sets.v[s]), kN, kN, matopt::Layout::RowMajor), f);
+            matopt::detail::strided(raw(sets.v[s]), kN, kN, matopt::Layout::RowMajor), f, no_workspace);
       });
   timer.rate(state, "bytes_per_second", 20.0 * double(kN * kN));
 }

@@ -156,6 +156,12 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": every preset equals the Eigen backend", T, 
   SUBCASE("MoonlightMuon") { compare_all_shapes<matopt::MoonlightMuon<T>>(); }
   SUBCASE("RMNP") { compare_all_shapes<matopt::RMNP<T>>(); }
   SUBCASE("ColNorm") { compare_all_shapes<matopt::ColNorm<T>>(); }
+  SUBCASE("ColNorm with cautious weight decay (the one-pass step on transposes, masked)") {
+    typename matopt::ColNorm<T>::Options o;
+    o.weight_decay = T(0.1);
+    o.scaling.weight_decay_method = matopt::WeightDecay::Cautious;
+    compare_all_shapes<matopt::ColNorm<T>>(o);
+  }
   SUBCASE("OrScale") { compare_all_shapes<matopt::OrScale<T>>(); }
   SUBCASE("Dion") {  // the same pseudo-random Q on both (seeded by the shape); rank fraction 1 and 0.5
     compare_all_shapes<matopt::Dion<T>>();

@@ -179,7 +179,7 @@ TEST_CASE_TEMPLATE(MATOPT_BACKEND ": cautious and lr-independent weight decay, l
     o.scaling.weight_decay_method = WeightDecay::Cautious;
   };
   SUBCASE("cautious on Muon") { check_variant<Muon<T>>("muon_cautious", cautious); }
-  SUBCASE("cautious on RMNP (the fused kernel has no mask: the unfused step)") {
+  SUBCASE("cautious on RMNP (the fused one-pass step, masked)") {
     check_variant<RMNP<T>>("rmnp_cautious", cautious);
   }
   SUBCASE("independent of lr; sqrt_max with an extra factor; sqrt_ratio") {

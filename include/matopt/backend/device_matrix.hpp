@@ -193,22 +193,14 @@ void check_device_view(const char* where, DeviceMatrixView<const T> v, const cha
     fail(where, what, " has null data for a ", shape_string(v.rows, v.cols), " matrix");
 }
 
-/// The argument checks of a device step (DeviceOptimizer, DeviceAdamW), before anything changes: both views
+/// The argument checks of an element-wise device step (DeviceAdamW, DeviceLion), before anything changes: both views
 /// well formed, G of W's shape and layout, and `state` (rows, cols, layout) made for W.
 template <class T, class State>
 void check_device_step(const char* where, DeviceMatrixView<const T> w, DeviceMatrixView<const T> g,
                        const State& state) {
   check_device_view(where, w, "W");
   check_device_view(where, g, "G");
-  if (g.rows != w.rows || g.cols != w.cols)
-    fail(where, "G is ", shape_string(g.rows, g.cols), " but W is ", shape_string(w.rows, w.cols));
-  if (!same_layout(g.layout, w.layout, w.rows, w.cols))
-    fail(where, "G is ", layout_name(g.layout), " but W is ", layout_name(w.layout));
-  if (state.rows != w.rows || state.cols != w.cols)
-    fail(where, "state was made for a ", shape_string(state.rows, state.cols), " parameter but W is ",
-         shape_string(w.rows, w.cols));
-  if (!same_layout(state.layout, w.layout, w.rows, w.cols))
-    fail(where, "state was made for a ", layout_name(state.layout), " W but W is ", layout_name(w.layout));
+  state.check_fits(where, w.rows, w.cols, w.layout, g.rows, g.cols, g.layout);
 }
 
 }  // namespace detail

@@ -296,14 +296,14 @@ class DeviceOptimizer {
   void step(DeviceMatrixView<T> w, DeviceMatrixView<const T> g, State& state) {
     constexpr const char* where = Host::name();
     validate(where);
-    detail::check_device_step<T>(where, w, g, state);
-    Driver::check(options_, w.rows, w.cols, options_.lr, options_.weight_decay, where);
-    check_policy_state(state, w.rows, w.cols, where);
-    reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
-    const detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);
-    const detail::GradAction action =
-        detail::gradient_action(engine_.all_finite(gs), options_.non_finite, where, g.rows, g.cols);
+    detail::check_device_view<T>(where, w, "W");
+    detail::check_device_view<T>(where, g, "G");
     const detail::Strided<T> wv = detail::strided(w);
+    const detail::Strided<const T> gs = detail::strided(g.data, g.rows, g.cols, w.layout);  // G laid out as W, checked
+    const detail::GradAction action = Driver::check_step(engine_, options_, state, wv, gs, w.layout, g.layout,
+                                                         options_.lr, options_.weight_decay, options_.non_finite, {},
+                                                         where);
+    reserve(w.rows, w.cols);  // no-op unless the options changed since make_state
     driver_.run(engine_, options_, w.layout, wv, gs, momentum(state), action, state, options_.lr, w.data,
                 [&](detail::Strided<const T> gz) { apply(wv, gz, state); });
   }
@@ -336,11 +336,6 @@ class DeviceOptimizer {
   using Driver = detail::Driver<T, PreconditionerType, MomentumType, ScalingType, Options, detail::DeviceStore,
                                 DeviceStepReport<T>>;
 
-  /// Row/ColNormalize with Static scaling: one pass per normalized vector (fused_normalize.hpp's step).
-  static constexpr bool fused =
-      MomentumType::has_buffer && detail::has_fused_step_v<ScalingType> &&
-      detail::is_normalize_lines_v<PreconditionerType>;
-
   /// The device's own rule on the options (DeviceDtypeCheck), before anything is allocated or written.
   void check_device_rules(const char* where) const {
     detail::DeviceDtypeCheck dtype{where};
@@ -350,16 +345,6 @@ class DeviceOptimizer {
   void validate(const char* where) const {
     check_device_rules(where);
     Host::validate(options_, where);
-  }
-
-  /// The preconditioner's state must fit these options (SecondMoment: S sized for the row blocks of make_state).
-  void check_policy_state(const State& state, Index m, Index n, const char* where) const {
-    using S = detail::policy_state_t<PreconditionerType, T>;
-    if constexpr (device_state)
-      PreconditionerType::template check_engine_state<T>(state.precondition, Index(state.moment.size()),
-                                                         options_.precondition, m, n, where);
-    else if constexpr (detail::has_check_state_v<PreconditionerType, S, typename PreconditionerType::Options>)
-      PreconditionerType::check_state(state.precondition, options_.precondition, m, n, where);
   }
 
   void reserve(Index m, Index n) {
@@ -372,33 +357,15 @@ class DeviceOptimizer {
 
   /// The step on checked views: the fused one-pass normalization where it applies, else the engine step.
   void apply(detail::Strided<T> w, detail::Strided<const T> g, State& state) {
-    const Index m = w.rows, n = w.cols;
-    if (m * n == 0) return;
-    const detail::Strided<T> v = detail::strided(momentum(state), m, n, state.layout);
-    if constexpr (fused) {
-      const auto c = MomentumType::coefficients(options_.momentum, options_.nesterov);
-      const auto k = ScalingType::coefficients(options_.scaling, options_.lr, options_.weight_decay, m, n);
-      if (!k.cautious) {  // the fused kernels have no masked decay: cautious takes the unfused step below
-        const detail::FusedStep<T> f{c, T(options_.precondition.eps), k.keep, k.step};
-        if constexpr (!PreconditionerType::columns)
-          engine_.fused_normalize_rows(w, g, v, f);
-        else
-          engine_.fused_normalize_rows(w.t(), detail::Strided<const T>(g.t()), v.t(), f);
-        return;
-      }
-    }
-    Step step{engine_, options_, options_.lr, options_.weight_decay, state.layout, state.precondition, state.scaling};
-    if constexpr (device_state) {  // the device-resident fields, one after another in State::moment
-      Index at = 0;
-      MATOPT_ASSERT(state.moment_sizes.size() <= step.fields.size());
-      for (std::size_t k = 0; k < state.moment_sizes.size(); at += state.moment_sizes[k++])
-        step.fields[k] = detail::raw(state.moment) + at;
-    }
-    if constexpr (Step::second_moment)
-      step.moment = device_state ? detail::raw(state.moment) : state.precondition.second_moment.data();
-    step.apply(ws_, w, g, v, [&](Index count, auto&& block) {
-      for (Index i = 0; i < count; ++i) block(i, ws_);
-    });
+    if (w.size() == 0) return;
+    const detail::Strided<T> v = detail::strided(momentum(state), w.rows, w.cols, state.layout);
+    if constexpr (Driver::fused)
+      Driver::fused_step(engine_, ws_, options_, w, g, v, options_.lr, options_.weight_decay);
+    else
+      Driver::engine_step(engine_, ws_, options_, state, state.layout, w, g, v, options_.lr, options_.weight_decay,
+                          [&](Index count, auto&& block) {
+                            for (Index i = 0; i < count; ++i) block(i, ws_);
+                          });
   }
 
   Options options_;

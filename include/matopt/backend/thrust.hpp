@@ -159,7 +159,7 @@ struct FusedRowOp {  // a whole RowNormalize + Static step for row i (fused_norm
     const T scale = f.step / (norm > f.eps ? norm : f.eps);
     for (Index j = 0; j < w.cols; ++j) {
       const T gij = g(i, j), vij = v(i, j);
-      w(i, j) = f.keep * w(i, j) - scale * (f.c.u_g * gij + f.c.u_v * vij);
+      w(i, j) = f.updated(w(i, j), scale, f.c.u_g * gij + f.c.u_v * vij);
       v(i, j) = f.c.v_v * vij + f.c.v_g * gij;
     }
   }
@@ -332,10 +332,11 @@ struct ThrustEngine {
   void row_squared_norms(detail::Strided<const T> u, T* out) {
     each(u.rows, detail::RowSquaredNormOp<T>{u, out});
   }
-  /// A whole RowNormalize + Static step, one row per work item (ColNormalize: pass transposes).
-  template <class T>
+  /// A whole RowNormalize + Static step, one row per work item (ColNormalize: pass transposes; the workspace is
+  /// unused).
+  template <class T, class WS>
   void fused_normalize_rows(detail::Strided<T> w, detail::Strided<const T> g, detail::Strided<T> v,
-                            const detail::FusedStep<T>& f) {
+                            const detail::FusedStep<T>& f, WS&) {
     each(w.rows, detail::FusedRowOp<T>{w, v, g, f});
   }
 

@@ -133,15 +133,7 @@ class ElementwiseOptimizer {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
     constexpr const char* where = Rule::name;
     validate(options_, where);
-    if (g.rows() != w.rows() || g.cols() != w.cols())
-      detail::fail(where, "G is ", detail::shape_string(g.rows(), g.cols()), " but W is ",
-                   detail::shape_string(w.rows(), w.cols()));
-    if (state.rows != w.rows() || state.cols != w.cols())
-      detail::fail(where, "state was made for a ", detail::shape_string(state.rows, state.cols),
-                   " parameter but W is ", detail::shape_string(w.rows(), w.cols()));
-    if (!detail::same_layout(state.layout, layout, w.rows(), w.cols()))
-      detail::fail(where, "state was made for a ", detail::layout_name(state.layout), " W but W is ",
-                   detail::layout_name(layout));
+    state.check_fits(where, w.rows(), w.cols(), layout, g.rows(), g.cols(), layout);
     switch (detail::gradient_action(detail::all_finite(g), options_.non_finite, where, g.rows(), g.cols())) {
       case detail::GradAction::Apply: return Rule::update(w, g.derived(), state, options_, ++state.steps);
       case detail::GradAction::Skip: ++state.skipped; return;

@@ -51,9 +51,9 @@
 ///   workspace and D is returned as one.
 /// - `State<T>` (optional): per-parameter state (Optimizer::State::precondition), with `fields(f)` (every field,
 ///   for checkpoints) and `bytes()`; `init_state(state, o, m, n)` sizes it.
-/// - Optional: `has_fused_step` and `fused_step` (the whole step in one pass under Static scaling), `splits_rows`
-///   (W's RowBlocks are stepped one by one), `check_state(state, o, m, n, where)` (whether the state fits the
-///   options, checked before a step).
+/// - Optional: `splits_rows` (W's RowBlocks are stepped one by one), `check_state(state, o, m, n, where)` (whether
+///   the state fits the options, checked before a step). RowNormalize and ColNormalize under Static scaling step in
+///   one pass, the engine's `fused_normalize_rows` (precondition/detail/fused_normalize.hpp).
 ///
 /// @section policy_method Orthogonalization methods of Orthogonalize (NewtonSchulz, GramNewtonSchulz, ExactPolar)
 /// - NewtonSchulz: `Options` (the schedule, variant and precision) and `uses_gram(o, r, s)`; the iteration is
@@ -362,9 +362,6 @@ class Optimizer {
   /// Whether the preconditioner steps through its engine form on the host (detail::host_engine_form_v: the
   /// composites), with detail::HostEngine on a HostWorkspace; the others run their host form on Eigen expressions.
   static constexpr bool engine_form = detail::host_engine_form_v<Preconditioner, T>;
-  /// Whether the whole step may run in one pass over contiguous W, G and V (fused_step: the normalizations).
-  static constexpr bool fused = MomentumPolicy::has_buffer && detail::has_fused_step_v<Preconditioner> &&
-                                detail::has_fused_step_v<Scaling>;
   static_assert(!engine_form || detail::has_engine_form_v<Preconditioner, detail::HostWorkspace<T>>,
                 "matopt::Optimizer<T, Preconditioner, ...>: a preconditioner declares a host form (`template <class "
                 "T> struct Workspace` with `std::size_t bytes() const`, `template <class T> static void "
@@ -461,19 +458,14 @@ class Optimizer {
     for (auto& ws : thread_workspaces_) reserve_precondition(ws, m, n, false);
   }
 
-  /// Shapes, layout, the options' rules and finite values of a step of W with G (views laid out as L); throws before
-  /// anything is written. Returns what the step does with G under the non-finite policy.
+  /// The checks of a step of W with G (views laid out as L; Driver::check_step), before anything is written; returns
+  /// what the step does with G under the non-finite policy.
   template <Layout L>
   detail::GradAction check(detail::Strided<const T> w, detail::Strided<const T> g, const State& state,
                            const ParamStep<T>& k) const {
-    constexpr const char* where = Defaults::name;
-    check_shapes(w.rows, w.cols, L, g.rows, g.cols, state, where);
-    Driver::check(options_, w.rows, w.cols, k.lr, k.weight_decay, where);
-    using PreState = decltype(state.precondition);
-    if constexpr (detail::has_check_state_v<Preconditioner, PreState, decltype(options_.precondition)>)
-      Preconditioner::check_state(state.precondition, options_.precondition, w.rows, w.cols, where);
-    return detail::gradient_action(k.finite ? *k.finite : detail::HostEngine::all_finite(g), k.non_finite, where,
-                                   g.rows, g.cols);
+    detail::HostEngine e;
+    return Driver::check_step(e, options_, state, w, g, L, L, k.lr, k.weight_decay, k.non_finite, k.finite,
+                              Defaults::name);
   }
 
   /// One step of W with G (views laid out as L, contiguous where `Contiguous`; param: W's data in a report).
@@ -510,20 +502,13 @@ class Optimizer {
     const Index m = w.rows, n = w.cols;
     if (m * n == 0) return;
     T* const v = state.momentum.data();
-    if constexpr (fused) {
-      // One pass over memory for the whole step (normalization presets; fused_normalize.hpp).
-      if (Contiguous || (detail::is_dense(w) && detail::is_dense(g))) {  // both laid out as L (on_views)
-        const auto c = MomentumPolicy::coefficients(options_.momentum, options_.nesterov);
-        const auto s = Scaling::coefficients(options_.scaling, k.lr, k.weight_decay, m, n);
-        Preconditioner::template fused_step<L>(w.data, g.data, v, m, n,
-                                               {c, T(options_.precondition.eps), s.keep, s.step, s.cautious}, ws);
-        return;
-      }
-    }
+    [[maybe_unused]] detail::HostEngine e;  // the fused and engine steps' (not a host form's)
+    if constexpr (Driver::fused)  // one pass over memory (fused_normalize.hpp) where W and G are dense
+      if (Contiguous || (detail::is_dense(w) && detail::is_dense(g)))  // both laid out as L (on_views)
+        return Driver::fused_step(e, ws, options_, w, g, detail::strided(v, m, n, L), k.lr, k.weight_decay);
     if constexpr (engine_form) {
-      detail::HostEngine e;
-      engine_step(e, state, L, k).apply(ws, w, g, detail::strided(v, m, n, L),
-                                        [&](Index count, auto&& block) { each_block(m, ws, count, block); });
+      Driver::engine_step(e, ws, options_, state, L, w, g, detail::strided(v, m, n, L), k.lr, k.weight_decay,
+                          [&](Index count, auto&& block) { each_block(m, ws, count, block); });
     } else if constexpr (Contiguous) {  // the host form, on Eigen maps: aligned ones where the memory is (a Matrix's)
       if (aligned(w.data) && aligned(g.data) && aligned(v))
         host_form<L, Eigen::AlignedMax, Eigen::Stride<0, 0>>(w, g, state, ws, k);
@@ -576,20 +561,6 @@ class Optimizer {
     else return Stride(std::max(x.cs, x.rows));
   }
 
-  /// The step on the host engine (core/detail/engine_step.hpp) of a parameter with this state.
-  Step engine_step(detail::HostEngine& e, State& state, Layout layout, const ParamStep<T>& k) {
-    using P = Preconditioner;
-    Step step{e, options_, k.lr, k.weight_decay, layout, state.precondition, state.scaling};
-    if constexpr (detail::engine_state_v<P>) {  // the fields P keeps in the engine's memory: here the State's own
-      std::size_t i = 0;
-      P::template engine_fields<T>(state.precondition, [&](auto& field) {
-        MATOPT_ASSERT(i < step.fields.size());
-        step.fields[i++] = field.data();
-      });
-    }
-    if constexpr (detail::reads_gradient_v<P>) step.moment = state.precondition.second_moment.data();
-    return step;
-  }
   /// f(W, G, param, write_back) on views of host memory laid out as W: W and G themselves where they are such views
   /// (direct access, unit inner stride, lines apart by at least their length, G in W's storage order), else copies in
   /// buffers of this optimizer, grown the first time a larger one comes; write_back() (after the step, before a
@@ -658,18 +629,6 @@ class Optimizer {
       return;
     }
     for (Index i = 0; i < count; ++i) block(i, ws);
-  }
-
-  static void check_shapes(Index wr, Index wc, Layout wl, Index gr, Index gc, const State& s,
-                           const char* where) {
-    if (gr != wr || gc != wc)
-      detail::fail(where, "G is ", detail::shape_string(gr, gc), " but W is ", detail::shape_string(wr, wc));
-    if (s.rows != wr || s.cols != wc)
-      detail::fail(where, "state was made for a ", detail::shape_string(s.rows, s.cols),
-                   " parameter but W is ", detail::shape_string(wr, wc));
-    if (!detail::same_layout(s.layout, wl, wr, wc))
-      detail::fail(where, "state was made for a ", detail::layout_name(s.layout), " W but W is ",
-                   detail::layout_name(wl), " (", detail::shape_string(wr, wc), ")");
   }
 
   Options options_;

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/traits.hpp"
 #include "matopt/core/options.hpp"
 #include "matopt/core/view.hpp"
 
@@ -79,6 +80,24 @@ struct StateCounters {
   std::int64_t steps = 0;            ///< steps taken (skipped ones not counted)
   std::int64_t skipped = 0;          ///< steps skipped for a non-finite gradient (NonFinite::Skip)
   std::int64_t zeroed = 0;           ///< steps taken with non-finite entries of G zeroed (NonFinite::Zero)
+
+  /// Throws, before anything is written, unless G (g_rows x g_cols, laid out as g_layout) is a matrix of W's shape and
+  /// storage order, and this state was made for W (rows x cols, laid out as `layout`): every optimizer's step.
+  void check_fits(const char* where, Index w_rows, Index w_cols, Layout w_layout, Index g_rows, Index g_cols,
+                  Layout g_layout) const {
+    using detail::fail, detail::layout_name, detail::same_layout, detail::shape_string;
+    if (g_rows != w_rows || g_cols != w_cols)
+      fail(where, "G is ", shape_string(g_rows, g_cols), " but W is ", shape_string(w_rows, w_cols));
+    if (!same_layout(g_layout, w_layout, w_rows, w_cols))
+      fail(where, "G is ", layout_name(g_layout), " but W is ", layout_name(w_layout), " (",
+           shape_string(w_rows, w_cols), ")");
+    if (rows != w_rows || cols != w_cols)
+      fail(where, "state was made for a ", shape_string(rows, cols), " parameter but W is ",
+           shape_string(w_rows, w_cols));
+    if (!same_layout(layout, w_layout, w_rows, w_cols))
+      fail(where, "state was made for a ", layout_name(layout), " W but W is ", layout_name(w_layout), " (",
+           shape_string(w_rows, w_cols), ")");
+  }
 
   /// The counters' checkpoint fields, f(name, field), in the order every state writes them first.
   template <class F>

@@ -52,6 +52,7 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
+#include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
@@ -437,12 +438,13 @@ class ShardedOptimizer {
       T* w = out + pc.offset;
       copy_out(p, pc, w);
       if (s.momentum.size() != 0) {
-        if (p.layout == Layout::RowMajor)
-          Preconditioner::template fused_step<Layout::RowMajor>(w, mine + pc.offset, s.momentum.data(), s.rows,
-                                                                s.cols, f, ws_);
+        const auto wv = detail::strided(w, s.rows, s.cols, p.layout);
+        const auto vv = detail::strided(s.momentum.data(), s.rows, s.cols, p.layout);
+        const auto gv = detail::strided(mine + pc.offset, s.rows, s.cols, p.layout);
+        if constexpr (split_columns)
+          detail::HostEngine::fused_normalize_rows(wv.t(), gv.t(), vv.t(), f, ws_);
         else
-          Preconditioner::template fused_step<Layout::ColMajor>(w, mine + pc.offset, s.momentum.data(), s.rows,
-                                                                s.cols, f, ws_);
+          detail::HostEngine::fused_normalize_rows(wv, gv, vv, f, ws_);
       }
       ++s.steps;
     }

@@ -35,7 +35,7 @@ struct NormalizeLines {
   static constexpr bool columns = Columns;
   /// One option: `eps`, the norm floor (default 1e-12, as torch's F.normalize; key norm_eps; > 0).
   using Options = detail::NormalizeOptions;
-  /// Scratch: per-line scales, and partial sums for the fused step across the storage order.
+  /// Scratch: per-line scales, and partial sums for the fused step across the storage order (HostEngine).
   template <class T>
   struct Workspace {
     /// Internal: 1 / max(||line||, eps), one per line.
@@ -97,24 +97,11 @@ struct NormalizeLines {
     e.scale_rows(lines, static_cast<const T*>(WS::ptr(ws.scale)));
     return u;
   }
-
-  /// The whole step in one pass (Static scaling, contiguous W, G, V of layout L): see fused_normalize.hpp.
-  static constexpr bool has_fused_step = true;
-  /// Momentum, normalization, weight decay and update of W (m x n, layout L) in one pass over memory: along the
-  /// storage order when the lines are contiguous, across it otherwise.
-  template <Layout L, class T>
-  static void fused_step(T* w, const T* g, T* v, Index m, Index n, const detail::FusedStep<T>& f,
-                         Workspace<T>& ws) {
-    const Index lines = Columns ? n : m, length = Columns ? m : n;
-    if constexpr (L == (Columns ? Layout::ColMajor : Layout::RowMajor))
-      detail::fused_normalize_along(w, g, v, lines, length, f);
-    else
-      detail::fused_normalize_across(w, g, v, length, lines, f, ws.partial.data(), ws.scale.data());
-  }
 };
 
 namespace detail {
-/// Whether P is RowNormalize or ColNormalize (their fused one-pass steps on the device and row-sharded).
+/// Whether P is RowNormalize or ColNormalize: under Static scaling with a momentum buffer its whole step is one pass of
+/// the engine's fused_normalize_rows (fused_normalize.hpp; Driver::fused), and ShardedOptimizer may cut its rows.
 template <class P>
 inline constexpr bool is_normalize_lines_v = false;
 template <bool Columns>

@@ -412,9 +412,10 @@ class Engine {
   }
   /// A whole RowNormalize + Static step (ColNormalize: pass transposes): one pass reading G, V, W and
   /// writing W, V when rows are contiguous; otherwise two passes (sums of squares over column chunks, then
-  /// the update), as fused_normalize.hpp's "across" shape.
-  template <class T>
-  void fused_normalize_rows(Strided<T> w, Strided<const T> g, Strided<T> v, const matopt::detail::FusedStep<T>& f) {
+  /// the update), as fused_normalize.hpp's "across" shape. The engine's own scratch, not the workspace, holds the sums.
+  template <class T, class WS>
+  void fused_normalize_rows(Strided<T> w, Strided<const T> g, Strided<T> v, const matopt::detail::FusedStep<T>& f,
+                            WS&) {
     check_float<T>();
     const Index rows = w.rows, len = w.cols;
     if (rows == 0 || len == 0) return;

@@ -188,7 +188,7 @@ struct FusedUpdateOp {
   FusedStep<T> f;
   __device__ void operator()(Index i, Index j, Index) const {
     const T gij = g(i, j, 0), vij = v(i, j, 0);
-    w(i, j, 0) = f.keep * w(i, j, 0) - scale[i] * (f.c.u_g * gij + f.c.u_v * vij);
+    w(i, j, 0) = f.updated(w(i, j, 0), scale[i], f.c.u_g * gij + f.c.u_v * vij);
     v(i, j, 0) = f.c.v_v * vij + f.c.v_g * gij;
   }
 };
@@ -546,14 +546,14 @@ __global__ void __launch_bounds__(row_block_threads<TPR>)
       for (int c = 0; c < CACHE; ++c) {
         const Index j = lane + Index(c) * TPR;
         if (j < len) {
-          wr[j] = f.keep * wr[j] - scale * (f.c.u_g * gc[c] + f.c.u_v * vc[c]);
+          wr[j] = f.updated(wr[j], scale, f.c.u_g * gc[c] + f.c.u_v * vc[c]);
           vr[j] = f.c.v_v * vc[c] + f.c.v_g * gc[c];
         }
       }
     } else {
       for (Index j = lane; j < len; j += TPR) {
         const T gij = gr[j], vij = vr[j];
-        wr[j] = f.keep * wr[j] - scale * (f.c.u_g * gij + f.c.u_v * vij);
+        wr[j] = f.updated(wr[j], scale, f.c.u_g * gij + f.c.u_v * vij);
         vr[j] = f.c.v_v * vij + f.c.v_g * gij;
       }
     }

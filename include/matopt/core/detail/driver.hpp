@@ -5,20 +5,25 @@
 // Around the step of docs/design.md#the-step-pipeline, on every engine: the checks that read the options (row blocks,
 // the scales s(m, n)), the gradient gate's outcome (skip, or G's non-finite entries zeroed into a buffer), the report
 // that telemetry asks for (W before the step, U, the update's RMS), the step counter and the per-parameter learning
-// rate. The optimizers keep their entry points (Eigen matrices and host views; device views), their State types and
-// the step on views itself: the fused one-pass step, the engine step (core/detail/engine_step.hpp) or, on the host,
-// a preconditioner's host form.
+// rate; and the step on views: the checks of W, G and the state (check_step), the one-pass step of a normalization
+// (fused_step, an engine operation) and the engine form's step (engine_step, core/detail/engine_step.hpp). The
+// optimizers keep their entry points (Eigen matrices and host views; device views), their State types and, on the
+// host, the preconditioners' host forms.
 
 #include <cmath>
 #include <cstddef>
+#include <optional>
 #include <type_traits>
 
 #include "matopt/config.hpp"
+#include "matopt/core/detail/engine_step.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/strided.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
+#include "matopt/precondition/detail/fused_normalize.hpp"
 #include "matopt/precondition/row_blocks.hpp"
+#include "matopt/precondition/row_normalize.hpp"
 
 namespace matopt::detail {
 
@@ -72,6 +77,64 @@ class Driver {
           b.for_each(m, [&](const RowSet& r) { S::coefficients(o.scaling, lr, lambda, r.size(), n); });
       }
     }
+  }
+
+  /// Throws, before anything is written, where W (a view laid out as `layout`), G (laid out as g_layout), the state and
+  /// the options do not fit (check; the preconditioner's own check of its state, which a device keeps partly in Store's
+  /// memory); returns the gradient gate's action, with G's finiteness scanned by the engine unless the caller knows it.
+  template <class E, class State>
+  static GradAction check_step(E& e, const O& o, const State& s, Strided<const T> w, Strided<const T> g, Layout layout,
+                               Layout g_layout, T lr, T lambda, NonFinite non_finite, std::optional<bool> finite,
+                               const char* where) {
+    s.check_fits(where, w.rows, w.cols, layout, g.rows, g.cols, g_layout);
+    check(o, w.rows, w.cols, lr, lambda, where);
+    if constexpr (!Store::host_memory && engine_state_v<P>)
+      P::template check_engine_state<T>(s.precondition, Index(Store::size(s.moment)), o.precondition, w.rows, w.cols,
+                                        where);
+    else if constexpr (has_check_state_v<P, policy_state_t<P, T>, typename P::Options>)
+      P::check_state(s.precondition, o.precondition, w.rows, w.cols, where);
+    return gradient_action(finite ? *finite : e.all_finite(g), non_finite, where, g.rows, g.cols);
+  }
+
+  /// Whether a step is one pass of the engine's fused_normalize_rows (precondition/detail/fused_normalize.hpp):
+  /// RowNormalize or ColNormalize, a momentum buffer and a scaling whose update is W <- keep W - step D (Static).
+  static constexpr bool fused = M::has_buffer && is_normalize_lines_v<P> && has_fused_step_v<S>;
+  /// The whole step in that pass, on non-empty views laid out alike (ws: the host engine's scratch).
+  template <class E, class WS>
+  static void fused_step(E& e, WS& ws, const O& o, Strided<T> w, Strided<const T> g, Strided<T> v, T lr, T lambda) {
+    const auto c = M::coefficients(o.momentum, o.nesterov);
+    const auto k = S::coefficients(o.scaling, lr, lambda, w.rows, w.cols);
+    const FusedStep<T> f{c, T(o.precondition.eps), k.keep, k.step, k.cautious};
+    if constexpr (P::columns)
+      e.fused_normalize_rows(w.t(), Strided<const T>(g.t()), v.t(), f, ws);
+    else
+      e.fused_normalize_rows(w, g, v, f, ws);
+  }
+  /// The step of a preconditioner's engine form on non-empty views laid out as `layout` (core/detail/engine_step.hpp),
+  /// with the state's fields where the engine reads them: the preconditioner's State (host memory), or the device
+  /// State's `moment`, fields one after another. each_block(count, f): the row blocks (EngineStep::apply).
+  template <class E, class WS, class State, class EachBlock>
+  static void engine_step(E& e, WS& ws, const O& o, State& s, Layout layout, Strided<T> w, Strided<const T> g,
+                          Strided<T> v, T lr, T lambda, EachBlock&& each_block) {
+    EngineStep<T, P, M, S, E, WS, O> step{e, o, lr, lambda, layout, s.precondition, s.scaling};
+    constexpr bool in_moment = !Store::host_memory && engine_state_v<P>;
+    if constexpr (in_moment) {
+      Index at = 0;
+      MATOPT_ASSERT(s.moment_sizes.size() <= step.fields.size());
+      for (std::size_t k = 0; k < s.moment_sizes.size(); at += s.moment_sizes[k++])
+        step.fields[k] = Store::ptr(s.moment) + at;
+    } else if constexpr (engine_state_v<P>) {
+      std::size_t k = 0;
+      P::template engine_fields<T>(s.precondition, [&](auto& field) {
+        MATOPT_ASSERT(k < step.fields.size());
+        step.fields[k++] = field.data();
+      });
+    }
+    if constexpr (reads_gradient_v<P>) {
+      if constexpr (in_moment) step.moment = Store::ptr(s.moment);
+      else step.moment = s.precondition.second_moment.data();
+    }
+    step.apply(ws, w, g, v, each_block);
   }
 
   /// The learning rate the update of a parameter with this state uses at lr (Optimizer::effective_lr): the scaling's,

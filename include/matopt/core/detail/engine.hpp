@@ -26,6 +26,7 @@
 #include "matopt/core/detail/parallel.hpp"
 #include "matopt/core/detail/strided.hpp"
 #include "matopt/core/detail/traits.hpp"
+#include "matopt/precondition/detail/fused_normalize.hpp"
 
 #if defined(MATOPT_USE_BLAS)
 #include <mutex>
@@ -486,6 +487,28 @@ struct HostEngine {
     as_map(x, [&](auto&& m) {
       m.array().colwise() *= Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(s, m.rows()).array();
     });
+  }
+  /// A whole RowNormalize + Static step in one pass over W, G and V, each dense in W's storage order (ColNormalize:
+  /// pass transposes): along it where W is stored by rows, across it otherwise, with ws's `partial` and `scale` scratch
+  /// (NormalizeLines::reserve). A single row or column takes the pass of its storage order, told by W's strides (a
+  /// column-major 1 x n has both strides 1), so that a row block steps as the rows of the whole matrix do.
+  template <class T, class WS>
+  static void fused_normalize_rows(const Strided<T>& w, ConstView<T> g, const Strided<T>& v, const FusedStep<T>& f,
+                                   WS& ws) {
+    // Element (i, j) at i cols + j (by rows) or i + j rows (by columns); a single row or column is both.
+    [[maybe_unused]] const auto by_rows = [](const auto& x) {
+      return (x.cols <= 1 || x.cs == 1) && (x.rows <= 1 || x.rs == x.cols);
+    };
+    [[maybe_unused]] const auto by_cols = [](const auto& x) {
+      return (x.rows <= 1 || x.rs == 1) && (x.cols <= 1 || x.cs == x.rows);
+    };
+    if (w.cs == 1 && (w.rs != 1 || w.rows > 1 || w.cols == 1)) {
+      MATOPT_ASSERT(by_rows(w) && by_rows(g) && by_rows(v));
+      fused_normalize_along(w.data, g.data, v.data, w.rows, w.cols, f);
+    } else {
+      MATOPT_ASSERT(by_cols(w) && by_cols(g) && by_cols(v));
+      fused_normalize_across(w.data, g.data, v.data, w.cols, w.rows, f, ws.partial.data(), ws.scale.data());
+    }
   }
   /// out[i] = ||row i of U||^2.
   template <class T>

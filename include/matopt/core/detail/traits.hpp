@@ -78,7 +78,7 @@ inline bool same_layout(Layout a, Layout b, Index rows, Index cols) {
   return a == b || rows <= 1 || cols <= 1;
 }
 
-/// P::has_fused_step if P declares it, false otherwise (user policies need not know about fusion).
+/// S::has_fused_step if the scaling S declares it (its update is W <- keep W - step D: S::coefficients), else false.
 template <class P, class = void>
 inline constexpr bool has_fused_step_v = false;
 template <class P>
@@ -226,12 +226,8 @@ inline constexpr bool has_reserve_v<
     std::void_t<decltype(P::reserve(std::declval<typename P::template Workspace<T>&>(),
                                     std::declval<const typename P::Options&>(), Index(), Index()))>> = true;
 
-/// What the optional opt-ins require: Options::eps (has_fused_step: the fused pass's norm floor), Options with row
-/// blocks (splits_rows: blocked(), for_each), a State listing its fields (checkpoints).
-template <class P, class = void>
-inline constexpr bool has_eps_option_v = false;
-template <class P>
-inline constexpr bool has_eps_option_v<P, std::void_t<decltype(std::declval<typename P::Options&>().eps)>> = true;
+/// What the optional opt-ins require: Options with row blocks (splits_rows: blocked(), for_each), a State listing its
+/// fields (checkpoints).
 template <class P, class = void>
 inline constexpr bool has_row_block_options_v = false;
 template <class P>
@@ -266,12 +262,11 @@ constexpr bool check_preconditioner() {
     static_assert(has_reserve_v<P, T>,
                   "matopt: a preconditioner declares `template <class T> static void reserve(Workspace<T>&, const "
                   "Options&, Index m, Index n)`, which sizes its workspace for an m x n parameter");
+  static_assert(!has_fused_step_v<P>,
+                "matopt: a preconditioner's `has_fused_step` and `fused_step` are no longer read: RowNormalize's and "
+                "ColNormalize's one-pass step is the engines' fused_normalize_rows (remove them)");
   // The opt-ins a preconditioner declares, and what each needs.
   if constexpr (has_options_type_v<P>) {
-    if constexpr (has_fused_step_v<P>)
-      static_assert(has_eps_option_v<P>,
-                    "matopt: a preconditioner with `has_fused_step = true` declares `Options::eps`, the norm floor of "
-                    "its one-pass step (and `fused_step`, as NormalizeLines does)");
     if constexpr (splits_rows_v<P>)
       static_assert(has_row_block_options_v<P>,
                     "matopt: a preconditioner with `splits_rows = true` has Options that derive from matopt::RowBlocks "

@@ -41,6 +41,12 @@ struct FusedStep {
   T keep;  ///< 1 - lr * lambda
   T step;  ///< lr * s(m, n)
   bool cautious = false;  ///< apply `keep` only where D . W >= 0
+
+  /// One entry of W after the step, keep w - scale u (scale > 0: D . W >= 0 exactly where U . W >= 0), for the device
+  /// engines' passes; fused_update below is the same on Eigen arrays.
+  MATOPT_HOST_DEVICE T updated(T w, T scale, T u) const {
+    return cautious && !(w * u >= T(0)) ? w - scale * u : keep * w - scale * u;
+  }
 };
 
 /// W <- keep W - scale U on one line (scale > 0, so D . W >= 0 exactly where U . W >= 0).
