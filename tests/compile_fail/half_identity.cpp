@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Must not compile: a preconditioner missing members, so that the static_asserts' messages tell its author what to
-// add. CTest compiles it (-fsyntax-only) five times and expects each message:
+// add. CTest compiles it (-fsyntax-only) with each define below and expects each message:
 //   policy_checks.missing_cost     -DMATOPT_DROP_COST: no `cost`, wrapped in AnyOptimizer (distributed/plan.hpp);
 //   policy_checks.missing_members  -DMATOPT_DROP_MEMBERS: no `describe` (its options), in an Optimizer
 //                                  (core/detail/traits.hpp, check_preconditioner);
@@ -12,6 +12,8 @@
 //   policy_checks.inner_engine_form -DMATOPT_IN_COMPOSITE: wrapped by Adaptive, which needs its engine form;
 //   policy_checks.splits_rows      -DMATOPT_SPLITS_ROWS: row blocks declared by a host form (they are stepped
 //                                  through an engine form: core/detail/engine_step.hpp).
+//   policy_checks.fused_step       -DMATOPT_FUSED_STEP: a preconditioner declaring the former fused-step opt-in
+//                                  (the one-pass step is now the engines' fused_normalize_rows; it would be ignored).
 // Compiled with -DMATOPT_GOOD_STATE (the same State with both hooks as the optimizers call them), it compiles:
 // policy_checks.state_hooks_compile.
 #include <matopt/matopt.hpp>
@@ -25,6 +27,9 @@ struct HalfIdentity {  // D = U / 2
   static constexpr bool splits_rows = true;
 #else
   struct Options {};
+#endif
+#if defined(MATOPT_FUSED_STEP)
+  static constexpr bool has_fused_step = true;
 #endif
   template <class T>
   struct Workspace {
