@@ -128,6 +128,42 @@ TEST_CASE_TEMPLATE("a strided vector W and a broadcast G step as their plain cop
   check(Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<>>{});
 }
 
+TEST_CASE_TEMPLATE("a single row or column inside a larger matrix takes the one-pass step of its plain copy", T, float,
+                   double) {
+  // A 1 x n block of a row-major matrix (lines 48 apart, not n) and an m x 1 block of a column-major one (48 apart,
+  // not m) are dense views: RMNP's and ColNorm's one-pass step runs on them in place, the pass (along or across the storage
+  // order) chosen as for their plain copies. Bit for bit the copies' steps; the rest of the matrix unchanged.
+  using RowMajor = Eigen::Matrix<T, -1, -1, Eigen::RowMajor>;
+  using ColMajor = Eigen::Matrix<T, -1, -1>;
+  auto check = [](auto opt) {
+    RowMajor big_r = randn(5, 48, 7).template cast<T>();
+    ColMajor big_c = randn(48, 5, 8).template cast<T>();
+    const RowMajor before_r = big_r;
+    const ColMajor before_c = big_c;
+    const Eigen::Matrix<T, 1, -1> g_row = randn(1, 40, 9).template cast<T>();
+    const Eigen::Matrix<T, -1, 1> g_col = randn(40, 1, 10).template cast<T>();
+    Eigen::Matrix<T, 1, -1> row = big_r.block(2, 1, 1, 40);
+    Eigen::Matrix<T, -1, 1> col = big_c.block(1, 2, 40, 1);
+    auto s_row = opt.make_state(row), s_row_plain = opt.make_state(row);
+    auto s_col = opt.make_state(col), s_col_plain = opt.make_state(col);
+    for (int k = 0; k < 2; ++k) {
+      opt.step(big_r.block(2, 1, 1, 40), g_row, s_row);
+      opt.step(row, g_row, s_row_plain);
+      opt.step(big_c.block(1, 2, 40, 1), g_col, s_col);
+      opt.step(col, g_col, s_col_plain);
+    }
+    CHECK(Eigen::Matrix<T, 1, -1>(big_r.block(2, 1, 1, 40)) == row);
+    CHECK(Eigen::Matrix<T, -1, 1>(big_c.block(1, 2, 40, 1)) == col);
+    CHECK(row != Eigen::Matrix<T, 1, -1>(before_r.block(2, 1, 1, 40)));  // it stepped
+    big_r.block(2, 1, 1, 40) = before_r.block(2, 1, 1, 40);
+    big_c.block(1, 2, 40, 1) = before_c.block(1, 2, 40, 1);
+    CHECK(big_r == before_r);
+    CHECK(big_c == before_c);
+  };
+  check(RMNP<T>{});
+  check(ColNorm<T>{});
+}
+
 TEST_CASE_TEMPLATE("batched step equals stepping each parameter alone, for 1 and 2 threads", T, float, double) {
   // Small (one per thread) and large (tiled) matrices mixed, both layouts. At -O0 (the sanitizer stage) float only
   // (double took 47 s there).
