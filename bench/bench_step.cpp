@@ -98,6 +98,20 @@ void BM_Step(benchmark::State& bs) {
   rate(bs, "flops", ns_flops(double(m), double(n)));
 }
 
+/// One step of an m x n block of a larger matrix (lines further apart than their length, G a plain matrix).
+template <class Opt>
+void BM_StepBlock(benchmark::State& bs) {
+  const Index m = bs.range(0), n = bs.range(1);
+  Opt opt;
+  Mat big = Mat::Random(m + 8, n + 8), g = Mat::Random(m, n);
+  auto state = opt.make_state(big.block(4, 4, m, n));
+  for (auto _ : bs) {
+    opt.step(big.block(4, 4, m, n), g, state);
+    benchmark::ClobberMemory();
+  }
+  rate(bs, "bytes", 20.0 * double(m) * double(n));
+}
+
 /// One step of an m x n W orthogonalized per head: `heads` blocks of m / heads rows (row_blocks.hpp).
 template <class Opt>
 void BM_StepHeads(benchmark::State& bs) {
@@ -185,6 +199,18 @@ int main(int argc, char** argv) {
   using AdaptiveRmnp = mo::Optimizer<float, mo::Adaptive<>, mo::Momentum<mo::Sum, mo::Nesterov>, mo::Static<>>;
   benchmark::RegisterBenchmark("BM_Step/muon_spectral_cap", BM_Step<CappedMuon>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/rmnp_adaptive", BM_Step<AdaptiveRmnp>)->Apply(shapes);
+  // Element-wise and normalizing compositions: SGD with momentum and signum (one pass under Static), RMNP's
+  // normalization under TrustRatio and without momentum (SRON-like), and RMNP on a block of a larger matrix.
+  using SgdMomentum = mo::Optimizer<float, mo::Identity, mo::Momentum<mo::Ema, mo::Nesterov>, mo::Static<>>;
+  using Signum = mo::Optimizer<float, mo::Sign, mo::Momentum<mo::Ema, mo::Plain>, mo::Static<>>;
+  using RmnpTrust = mo::Optimizer<float, mo::RowNormalize, mo::Momentum<mo::Sum, mo::Nesterov>, mo::TrustRatio<>>;
+  using Sron = mo::Optimizer<float, mo::RowNormalize, mo::NoMomentum, mo::Static<>>;
+  benchmark::RegisterBenchmark("BM_Step/sgd_momentum", BM_Step<SgdMomentum>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/signum", BM_Step<Signum>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/rmnp_trust_ratio", BM_Step<RmnpTrust>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/sron", BM_Step<Sron>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_StepBlock/rmnp", BM_StepBlock<mo::RMNP<float>>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_StepBlock/colnorm", BM_StepBlock<mo::ColNorm<float>>)->Apply(shapes);
   // Per-head orthogonalization: the GPT example's q/k/v (4 heads of 32 x 128), GPT-2 small's (12 of 64 x 768), and
   // 16 heads of 128 x 2048.
   for (const char* name : {"BM_StepHeads/muon", "BM_StepHeads/normuon"}) {

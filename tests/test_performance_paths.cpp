@@ -57,32 +57,52 @@ TEST_CASE_TEMPLATE("tiled symmetric Newton–Schulz matches the plain reference"
   }
 }
 
-TEST_CASE_TEMPLATE("fused normalization steps match the reference path", T, float, double) {
-  // The reference path: the same optimizer stepping a Block (not contiguous), which takes the host form on strided
-  // maps instead of the fused kernel.
-  auto compare = [](auto opt, Index m, Index n, auto tag) {
+TEST_CASE_TEMPLATE("fused normalization steps match a plain reference, on whole matrices and on blocks", T, float,
+                   double) {
+  // The reference, written plainly (RMNP and ColNorm: Sum momentum with Nesterov, beta 0.95, lr 0.02, no decay):
+  // V <- beta V + G, U = G + beta V, each line (rows; ColNorm: columns) of U divided by max(||line||, 1e-12), and
+  // W <- W - lr s D with s = max(1, m/n)^(1/2) (ColNorm: max(1, n/m)^(1/2)). The one-pass kernel runs on the whole
+  // matrix and, in place, on a block of a larger one (lines further apart than their length).
+  auto compare = [](auto opt, bool columns, Index m, Index n, auto tag) {
     using M = decltype(tag);
+    using Plain = Eigen::Matrix<T, -1, -1>;
     M big = randn<M>(m + 3, n + 2, 1);
     M w = big.block(1, 1, m, n);
-    auto fused_state = opt.make_state(w);
-    auto ref_state = opt.make_state(big.block(1, 1, m, n));
+    Plain ref_w = w, ref_v = Plain::Zero(m, n);
+    auto whole_state = opt.make_state(w);
+    auto block_state = opt.make_state(big.block(1, 1, m, n));
+    const T beta = T(0.95), lr = T(0.02);
+    const T s = T(std::sqrt(std::max(1.0, columns ? double(n) / double(m) : double(m) / double(n))));
     for (unsigned k = 0; k < 3; ++k) {
       const M g = randn<M>(m, n, 20 + k);
-      opt.step(w, g, fused_state);
-      opt.step(big.block(1, 1, m, n), g, ref_state);
+      opt.step(w, g, whole_state);
+      opt.step(big.block(1, 1, m, n), g, block_state);
+      ref_v = beta * ref_v + Plain(g);
+      Plain u = Plain(g) + beta * ref_v;
+      if (columns) u.transposeInPlace();
+      for (Index i = 0; i < u.rows(); ++i) u.row(i) /= std::max(u.row(i).norm(), T(1e-12));
+      if (columns) u.transposeInPlace();
+      ref_w -= lr * s * u;
     }
-    CHECK(rel_error(w, M(big.block(1, 1, m, n))) <= tol<T>());
-    CHECK(fused_state.momentum == ref_state.momentum);  // the momentum update is exact in both paths
+    CHECK(rel_error(w, ref_w) <= tol<T>());
+    CHECK(rel_error(M(big.block(1, 1, m, n)), ref_w) <= tol<T>());
+    CHECK(rel_error(Plain(Eigen::Map<const M>(whole_state.momentum.data(), m, n)), ref_v) <= tol<T>());
+    CHECK(rel_error(Plain(Eigen::Map<const M>(block_state.momentum.data(), m, n)), ref_v) <= tol<T>());
+    CHECK(block_state.momentum == whole_state.momentum);  // one kernel, the block's lines further apart
+    big.block(1, 1, m, n).setZero();  // nothing outside the block moved
+    M outside = randn<M>(m + 3, n + 2, 1);
+    outside.block(1, 1, m, n).setZero();
+    CHECK(big == outside);
   };
-  for (const auto& mn : {std::pair<Index, Index>{70, 333}, {333, 70}, {1, 50}, {50, 1}}) {
+  for (const auto& mn : {std::pair<Index, Index>{70, 333}, {333, 70}, {64, 64}, {1, 50}, {50, 1}}) {
     const auto m = mn.first;
     const auto n = mn.second;
     CAPTURE(m);
     CAPTURE(n);
-    compare(RMNP<T>{}, m, n, RowMat<T>());
-    compare(RMNP<T>{}, m, n, ColMat<T>());
-    compare(ColNorm<T>{}, m, n, RowMat<T>());
-    compare(ColNorm<T>{}, m, n, ColMat<T>());
+    compare(RMNP<T>{}, false, m, n, RowMat<T>());
+    compare(RMNP<T>{}, false, m, n, ColMat<T>());
+    compare(ColNorm<T>{}, true, m, n, RowMat<T>());
+    compare(ColNorm<T>{}, true, m, n, ColMat<T>());
   }
 }
 

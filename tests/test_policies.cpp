@@ -98,6 +98,56 @@ TEST_CASE_TEMPLATE("momentum conventions and Nesterov match the hand-written rec
   }
 }
 
+TEST_CASE_TEMPLATE("SGD and signum with momentum, decoupled and cautious weight decay match the hand-written update", T,
+                   float, double) {
+  // Identity and Sign with a momentum buffer under Static take one element-wise pass on the host (W, G, V read once):
+  // V <- b V + (1 - b) G, U = (1 - b) G + b V (EMA, Nesterov), D = U or sign(U), W <- (1 - lr lambda) W - lr D, or with
+  // cautious decay (arXiv 2510.12402) the decay only where D . W >= 0. Both storage orders, a whole matrix and a block
+  // of a larger one stepped in place; the reference in double.
+  using Mat = Eigen::MatrixXd;
+  const double beta = 0.9, lr = 0.05, lambda = 0.1;
+  auto check = [&](auto opt, bool sign, bool cautious, auto tag) {
+    using M = decltype(tag);
+    opt.options().lr = T(lr);
+    opt.options().momentum = T(beta);
+    opt.options().weight_decay = T(lambda);
+    if (cautious) opt.options().scaling.weight_decay_method = WeightDecay::Cautious;
+    M big = randn<M>(9, 8, 31);
+    const M before = big;
+    M w = big.block(1, 2, 6, 5);
+    auto whole = opt.make_state(w);
+    auto block = opt.make_state(big.block(1, 2, 6, 5));
+    Mat ref_w = w.template cast<double>(), ref_v = Mat::Zero(6, 5);
+    for (unsigned k = 0; k < 3; ++k) {
+      const M g = randn<M>(6, 5, 40 + k);
+      opt.step(w, g, whole);
+      opt.step(big.block(1, 2, 6, 5), g, block);
+      const Mat gd = g.template cast<double>();
+      ref_v = beta * ref_v + (1 - beta) * gd;
+      const Mat u = (1 - beta) * gd + beta * ref_v;
+      const Mat d = sign ? Mat(u.cwiseSign()) : u;
+      for (Index i = 0; i < 6; ++i)
+        for (Index j = 0; j < 5; ++j) {
+          const bool decay = !cautious || d(i, j) * ref_w(i, j) >= 0;
+          ref_w(i, j) = (decay ? (1 - lr * lambda) * ref_w(i, j) : ref_w(i, j)) - lr * d(i, j);
+        }
+    }
+    CHECK(rel_error(w, ref_w) <= tol<T>());
+    CHECK(M(big.block(1, 2, 6, 5)) == w);  // the block steps in place as the whole matrix does
+    big.block(1, 2, 6, 5) = before.block(1, 2, 6, 5);
+    CHECK(big == before);
+  };
+  using Sgd = Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<shape::Unit>>;
+  using Signum = Optimizer<T, Sign, Momentum<Ema, Nesterov>, Static<shape::Unit>>;
+  for (const bool cautious : {false, true}) {
+    CAPTURE(cautious);
+    check(Sgd{}, false, cautious, RowMat<T>());
+    check(Sgd{}, false, cautious, ColMat<T>());
+    check(Signum{}, true, cautious, RowMat<T>());
+    check(Signum{}, true, cautious, ColMat<T>());
+  }
+}
+
 TEST_CASE_TEMPLATE("EMA and Sum momentum give the same direction after normalization", T, float, double) {
   using EmaMuon = Optimizer<T, Orthogonalize<NewtonSchulz<>>, Momentum<Ema>, Static<>>;
   using SumMuon = Optimizer<T, Orthogonalize<NewtonSchulz<>>, Momentum<Sum>, Static<>>;

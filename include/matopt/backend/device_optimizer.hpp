@@ -330,8 +330,6 @@ class DeviceOptimizer {
                 "static void reserve_on(WS&, const Options&, Index m, Index n)` and `apply_on(e, ws, options, [state,] "
                 "m, n, layout, form_u)` (core/detail/engine_form.hpp), or is written as OnEngine<Policy>");
   static constexpr bool device_state = detail::engine_state_v<PreconditionerType>;
-  /// The step on the engine, written once (core/detail/engine_step.hpp).
-  using Step = detail::EngineStep<T, PreconditionerType, MomentumType, ScalingType, Engine, Workspace, Options>;
   /// The gate, report and counters around a step, written once (core/detail/driver.hpp).
   using Driver = detail::Driver<T, PreconditionerType, MomentumType, ScalingType, Options, detail::DeviceStore,
                                 DeviceStepReport<T>>;
@@ -348,7 +346,7 @@ class DeviceOptimizer {
   }
 
   void reserve(Index m, Index n) {
-    Step::reserve(engine_, ws_, options_, m, n);
+    Driver::reserve_step(engine_, ws_, options_, m, n);
     driver_.reserve(options_, m * n);
   }
 

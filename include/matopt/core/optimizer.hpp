@@ -52,8 +52,9 @@
 /// - `State<T>` (optional): per-parameter state (Optimizer::State::precondition), with `fields(f)` (every field,
 ///   for checkpoints) and `bytes()`; `init_state(state, o, m, n)` sizes it.
 /// - Optional: `splits_rows` (W's RowBlocks are stepped one by one), `check_state(state, o, m, n, where)` (whether
-///   the state fits the options, checked before a step). RowNormalize and ColNormalize under Static scaling step in
-///   one pass, the engine's `fused_normalize_rows` (precondition/detail/fused_normalize.hpp).
+///   the state fits the options, checked before a step). With a momentum buffer under Static scaling, RowNormalize
+///   and ColNormalize step in one pass, the engine's `fused_normalize_rows` (precondition/detail/fused_normalize.hpp),
+///   and on the host so do Identity and Sign (`fused_update_entries`): Driver::fused.
 ///
 /// @section policy_method Orthogonalization methods of Orthogonalize (NewtonSchulz, GramNewtonSchulz, ExactPolar)
 /// - NewtonSchulz: `Options` (the schedule, variant and precision) and `uses_gram(o, r, s)`; the iteration is
@@ -503,10 +504,9 @@ class Optimizer {
     if (m * n == 0) return;
     T* const v = state.momentum.data();
     [[maybe_unused]] detail::HostEngine e;  // the fused and engine steps' (not a host form's)
-    if constexpr (Driver::fused)  // one pass over memory (fused_normalize.hpp) where W and G are dense
-      if (Contiguous || (detail::is_dense(w) && detail::is_dense(g)))  // both laid out as L (on_views)
-        return Driver::fused_step(e, ws, options_, w, g, detail::strided(v, m, n, L), k.lr, k.weight_decay);
-    if constexpr (engine_form) {
+    if constexpr (Driver::fused) {  // one pass over memory (fused_normalize.hpp) on views laid out as L (on_views)
+      Driver::fused_step(e, ws, options_, w, g, detail::strided(v, m, n, L), k.lr, k.weight_decay);
+    } else if constexpr (engine_form) {
       Driver::engine_step(e, ws, options_, state, L, w, g, detail::strided(v, m, n, L), k.lr, k.weight_decay,
                           [&](Index count, auto&& block) { each_block(m, ws, count, block); });
     } else if constexpr (Contiguous) {  // the host form, on Eigen maps: aligned ones where the memory is (a Matrix's)

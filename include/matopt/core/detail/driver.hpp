@@ -22,6 +22,7 @@
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
+#include "matopt/precondition/elementwise.hpp"
 #include "matopt/precondition/row_blocks.hpp"
 #include "matopt/precondition/row_normalize.hpp"
 
@@ -98,17 +99,37 @@ class Driver {
 
   /// Whether a step is one pass of the engine's fused_normalize_rows (precondition/detail/fused_normalize.hpp):
   /// RowNormalize or ColNormalize, a momentum buffer and a scaling whose update is W <- keep W - step D (Static).
-  static constexpr bool fused = M::has_buffer && is_normalize_lines_v<P> && has_fused_step_v<S>;
-  /// The whole step in that pass, on non-empty views laid out alike (ws: the host engine's scratch).
+  static constexpr bool fused_lines = M::has_buffer && is_normalize_lines_v<P> && has_fused_step_v<S>;
+  /// Identity or Sign with a momentum buffer under Static, on the host engine: one element-wise pass
+  /// (HostEngine::fused_update_entries), steadier than their host form (signum ran at 0.8x of it there in one build:
+  /// bench/results/2026-12-05-fused-views-ab.txt); a device engine runs their engine form.
+  static constexpr bool fused_entries = M::has_buffer && Store::host_memory && has_fused_step_v<S> &&
+                                        (std::is_same_v<P, Identity> || std::is_same_v<P, Sign>);
+  static constexpr bool fused = fused_lines || fused_entries;
+  /// The whole step in that pass, on non-empty views laid out alike with unit inner stride (ws: the host engine's
+  /// scratch).
   template <class E, class WS>
   static void fused_step(E& e, WS& ws, const O& o, Strided<T> w, Strided<const T> g, Strided<T> v, T lr, T lambda) {
     const auto c = M::coefficients(o.momentum, o.nesterov);
     const auto k = S::coefficients(o.scaling, lr, lambda, w.rows, w.cols);
-    const FusedStep<T> f{c, T(o.precondition.eps), k.keep, k.step, k.cautious};
-    if constexpr (P::columns)
-      e.fused_normalize_rows(w.t(), Strided<const T>(g.t()), v.t(), f, ws);
-    else
-      e.fused_normalize_rows(w, g, v, f, ws);
+    if constexpr (fused_entries) {
+      e.template fused_update_entries<std::is_same_v<P, Sign>>(w, g, v, FusedStep<T>{c, T(0), k.keep, k.step,
+                                                                                      k.cautious});
+    } else {
+      const FusedStep<T> f{c, T(o.precondition.eps), k.keep, k.step, k.cautious};
+      if constexpr (P::columns)
+        e.fused_normalize_rows(w.t(), Strided<const T>(g.t()), v.t(), f, ws);
+      else
+        e.fused_normalize_rows(w, g, v, f, ws);
+    }
+  }
+  /// Grows ws and the engine's scratch for a step of an m x n parameter (DeviceOptimizer's make_state, and each step in
+  /// case the options changed): the engine's own scratch for the one-pass step where it applies (fused), which needs
+  /// no U, else the engine form's buffers (EngineStep::reserve).
+  template <class E, class WS>
+  static void reserve_step(E& e, WS& ws, const O& o, Index m, Index n) {
+    if constexpr (fused) e.reserve(m, n);  // the CUDA engine's row sums
+    else EngineStep<T, P, M, S, E, WS, O>::reserve(e, ws, o, m, n);
   }
   /// The step of a preconditioner's engine form on non-empty views laid out as `layout` (core/detail/engine_step.hpp),
   /// with the state's fields where the engine reads them: the preconditioner's State (host memory), or the device

@@ -488,27 +488,46 @@ struct HostEngine {
       m.array().colwise() *= Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(s, m.rows()).array();
     });
   }
-  /// A whole RowNormalize + Static step in one pass over W, G and V, each dense in W's storage order (ColNormalize:
-  /// pass transposes): along it where W is stored by rows, across it otherwise, with ws's `partial` and `scale` scratch
-  /// (NormalizeLines::reserve). A single row or column takes the pass of its storage order, told by W's strides (a
-  /// column-major 1 x n has both strides 1), so that a row block steps as the rows of the whole matrix do.
+  /// A whole RowNormalize + Static step in one pass over W, G and V, each laid out as W with unit inner stride, lines
+  /// at least their length apart (ColNormalize: pass transposes): along it where W is stored by rows, across it
+  /// otherwise, with ws's `partial` and `scale` scratch (NormalizeLines::reserve). A single row or column takes the
+  /// pass of its storage order, told by W's strides (a column-major 1 x n has both strides 1), so that a row block
+  /// steps as the rows of the whole matrix do.
   template <class T, class WS>
   static void fused_normalize_rows(const Strided<T>& w, ConstView<T> g, const Strided<T>& v, const FusedStep<T>& f,
                                    WS& ws) {
-    // Element (i, j) at i cols + j (by rows) or i + j rows (by columns); a single row or column is both.
+    // Lines (rows, or columns) of contiguous elements, at least their length apart; a single row or column is both.
     [[maybe_unused]] const auto by_rows = [](const auto& x) {
-      return (x.cols <= 1 || x.cs == 1) && (x.rows <= 1 || x.rs == x.cols);
+      return (x.cols <= 1 || x.cs == 1) && (x.rows <= 1 || x.rs >= x.cols);
     };
     [[maybe_unused]] const auto by_cols = [](const auto& x) {
-      return (x.rows <= 1 || x.rs == 1) && (x.cols <= 1 || x.cs == x.rows);
+      return (x.rows <= 1 || x.rs == 1) && (x.cols <= 1 || x.cs >= x.rows);
     };
     if (w.cs == 1 && (w.rs != 1 || w.rows > 1 || w.cols == 1)) {
       MATOPT_ASSERT(by_rows(w) && by_rows(g) && by_rows(v));
-      fused_normalize_along(w.data, g.data, v.data, w.rows, w.cols, f);
+      fused_normalize_along(w.data, w.rs, g.data, g.rs, v.data, v.rs, w.rows, w.cols, f);
     } else {
       MATOPT_ASSERT(by_cols(w) && by_cols(g) && by_cols(v));
-      fused_normalize_across(w.data, g.data, v.data, w.cols, w.rows, f, ws.partial.data(), ws.scale.data());
+      fused_normalize_across(w.data, w.cs, g.data, g.cs, v.data, v.cs, w.cols, w.rows, f, ws.partial.data(),
+                             ws.scale.data());
     }
+  }
+  /// A whole Identity (D = U) or Sign (D = sign(U)) + Static step in one element-wise pass over W, G and V (laid out
+  /// alike): W <- keep W - step D (cautious: keep only where D . W >= 0), then V <- v_v V + v_g G; U is never stored.
+  template <bool SignOfU, class T>
+  static void fused_update_entries(const Strided<T>& w, ConstView<T> g, const Strided<T>& v, const FusedStep<T>& f) {
+    elementwise(
+        [&](auto&& wm, const auto& gm, auto&& vm) {
+          const auto u = f.c.u_g * gm + f.c.u_v * vm;
+          const auto d = [&] {
+            if constexpr (SignOfU) return u.cwiseSign();
+            else return u;
+          }();
+          if (f.cautious) cautious_update(wm, f.keep, f.step, d);
+          else update(wm, f.keep, f.step, d);
+          vm = f.c.v_v * vm + f.c.v_g * gm;
+        },
+        w, g, v);
   }
   /// out[i] = ||row i of U||^2.
   template <class T>

@@ -58,16 +58,18 @@ void fused_update(WLine& wl, const UExpr& u, const Scale& scale, const FusedStep
     wl = f.keep * wl - scale * u;
 }
 
+/// Lines of W, G and V start lw, lg and lv elements apart (at least len: a block of a larger matrix, a dense copy).
 template <class T>
-void fused_normalize_along(T* w, const T* g, T* v, Index lines, Index len, const FusedStep<T>& f) {
+void fused_normalize_along(T* w, Index lw, const T* g, Index lg, T* v, Index lv, Index lines, Index len,
+                           const FusedStep<T>& f) {
   using Line = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
   using ConstLine = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
   constexpr Index block = 16;  // lines per parallel piece
   parallel_for((lines + block - 1) / block, [&](Index b) {
     const Index end = std::min(lines, (b + 1) * block);
     for (Index l = b * block; l < end; ++l) {
-      Line wl(w + l * len, len), vl(v + l * len, len);
-      ConstLine gl(g + l * len, len);
+      Line wl(w + l * lw, len), vl(v + l * lv, len);
+      ConstLine gl(g + l * lg, len);
       const auto u = f.c.u_g * gl + f.c.u_v * vl;
       const T norm = rescaled_norm(u, u.square().sum());
       const T scale = f.step / std::max(norm, f.eps);
@@ -80,10 +82,10 @@ void fused_normalize_along(T* w, const T* g, T* v, Index lines, Index len, const
 /// Pieces of the first sweep of fused_normalize_across: a fixed count (never the thread count).
 inline Index across_blocks(Index lines) { return std::min<Index>(lines, 16); }
 
-/// `partial` holds len * across_blocks(lines) elements, `scale` len.
+/// `partial` holds len * across_blocks(lines) elements, `scale` len; line strides as in fused_normalize_along.
 template <class T>
-void fused_normalize_across(T* w, const T* g, T* v, Index lines, Index len, const FusedStep<T>& f, T* partial,
-                            T* scale) {
+void fused_normalize_across(T* w, Index lw, const T* g, Index lg, T* v, Index lv, Index lines, Index len,
+                            const FusedStep<T>& f, T* partial, T* scale) {
   using Seg = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
   using ConstSeg = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
   if (lines == 0 || len == 0) return;
@@ -93,7 +95,7 @@ void fused_normalize_across(T* w, const T* g, T* v, Index lines, Index len, cons
     Seg acc(partial + b * len, len);
     acc.setZero();
     for (Index l = b * per_block; l < std::min(lines, (b + 1) * per_block); ++l)
-      acc += (f.c.u_g * ConstSeg(g + l * len, len) + f.c.u_v * ConstSeg(v + l * len, len)).square();
+      acc += (f.c.u_g * ConstSeg(g + l * lg, len) + f.c.u_v * ConstSeg(v + l * lv, len)).square();
   });
   // The blocks' sums in a fixed order, then the scale step / max(||U_k||, eps) of each vector.
   constexpr Index chunk = 1024;
@@ -106,7 +108,7 @@ void fused_normalize_across(T* w, const T* g, T* v, Index lines, Index len, cons
       T norm = std::sqrt(scale[k]);
       if (!normal_sumsq(scale[k])) {  // left the normal range: recompute rescaled (rare; norms.hpp)
         using Strided = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>, 0, Eigen::InnerStride<>>;
-        const Strided gk(g + k, lines, Eigen::InnerStride<>(len)), vk(v + k, lines, Eigen::InnerStride<>(len));
+        const Strided gk(g + k, lines, Eigen::InnerStride<>(lg)), vk(v + k, lines, Eigen::InnerStride<>(lv));
         norm = rescaled_norm(f.c.u_g * gk + f.c.u_v * vk, scale[k]);
       }
       scale[k] = f.step / std::max(norm, f.eps);
@@ -117,8 +119,8 @@ void fused_normalize_across(T* w, const T* g, T* v, Index lines, Index len, cons
   constexpr Index line_block = 16;
   parallel_for((lines + line_block - 1) / line_block, [&](Index b) {
     for (Index l = b * line_block; l < std::min(lines, (b + 1) * line_block); ++l) {
-      Seg wl(w + l * len, len), vl(v + l * len, len);
-      ConstSeg gl(g + l * len, len);
+      Seg wl(w + l * lw, len), vl(v + l * lv, len);
+      ConstSeg gl(g + l * lg, len);
       fused_update(wl, f.c.u_g * gl + f.c.u_v * vl, sc, f);
       vl = f.c.v_v * vl + f.c.v_g * gl;
     }
