@@ -184,6 +184,36 @@ TEST_CASE_TEMPLATE("a single row or column inside a larger matrix takes the one-
   check(ColNorm<T>{});
 }
 
+TEST_CASE_TEMPLATE("a one-row or one-column G whose entries are apart along W's lines steps as its plain copy", T,
+                   float, double) {
+  // A 1 x n block of a column-major matrix (entries 7 apart) and an n x 1 block of a row-major one are in either
+  // storage order as far as their shape goes, but their entries do not lie next to each other along a plain row (or
+  // column) W: they are read as the values they hold (copied first), bit for bit the step with G's plain copy: RMNP's
+  // and ColNorm's one-pass step, Muon's engine form, SGD's element-wise pass.
+  auto check = [](auto opt) {
+    const Eigen::Matrix<T, -1, -1> g_cols = randn(7, 40, 3).template cast<T>();
+    const Eigen::Matrix<T, -1, -1, Eigen::RowMajor> g_rows = randn(40, 7, 4).template cast<T>();
+    Eigen::Matrix<T, 1, -1> row = randn(1, 40, 5).template cast<T>(), row_plain = row;
+    const Eigen::Matrix<T, 1, -1> g_row = g_cols.block(2, 0, 1, 40);
+    Eigen::Matrix<T, -1, 1> col = randn(40, 1, 6).template cast<T>(), col_plain = col;
+    const Eigen::Matrix<T, -1, 1> g_col = g_rows.block(0, 3, 40, 1);
+    auto s_row = opt.make_state(row), s_row_plain = opt.make_state(row);
+    auto s_col = opt.make_state(col), s_col_plain = opt.make_state(col);
+    for (int k = 0; k < 2; ++k) {
+      opt.step(row, g_cols.block(2, 0, 1, 40), s_row);
+      opt.step(row_plain, g_row, s_row_plain);
+      opt.step(col, g_rows.block(0, 3, 40, 1), s_col);
+      opt.step(col_plain, g_col, s_col_plain);
+    }
+    CHECK(row == row_plain);
+    CHECK(col == col_plain);
+  };
+  check(RMNP<T>{});
+  check(ColNorm<T>{});
+  check(Muon<T>{});
+  check(Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<>>{});
+}
+
 TEST_CASE_TEMPLATE("batched step equals stepping each parameter alone, for 1 and 2 threads", T, float, double) {
   // Small (one per thread) and large (tiled) matrices mixed, both layouts. At -O0 (the sanitizer stage) float only
   // (double took 47 s there).

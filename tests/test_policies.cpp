@@ -98,54 +98,62 @@ TEST_CASE_TEMPLATE("momentum conventions and Nesterov match the hand-written rec
   }
 }
 
-TEST_CASE_TEMPLATE("SGD and signum with momentum, decoupled and cautious weight decay match the hand-written update", T,
-                   float, double) {
-  // Identity and Sign with a momentum buffer under Static take one element-wise pass on the host (W, G, V read once):
-  // V <- b V + (1 - b) G, U = (1 - b) G + b V (EMA, Nesterov), D = U or sign(U), W <- (1 - lr lambda) W - lr D, or with
-  // cautious decay (arXiv 2510.12402) the decay only where D . W >= 0. Both storage orders, a whole matrix and a block
-  // of a larger one stepped in place; the reference in double.
+TEST_CASE_TEMPLATE("SGD and signum with momentum, decoupled, cautious and independent weight decay match the "
+                   "hand-written update", T, float, double) {
+  // Identity and Sign with a momentum buffer under Static take one element-wise pass on the host (chunk by chunk):
+  // V <- b V + (1 - b) G, U = (1 - b) G + b V (EMA, Nesterov), D = U or sign(U), W <- (1 - lr lambda) W - lr s D with
+  // s = max(1, m/n)^(1/2); cautious decay (arXiv 2510.12402) decays only where D . W >= 0, independent decay is
+  // W (1 - lambda). Tall, wide and square, both storage orders, a whole matrix and a block of a larger one stepped in
+  // place, one row of G zero (sign(0) = 0: that row only decays); the reference in double.
   using Mat = Eigen::MatrixXd;
   const double beta = 0.9, lr = 0.05, lambda = 0.1;
-  auto check = [&](auto opt, bool sign, bool cautious, auto tag) {
+  auto check = [&](auto opt, bool sign, WeightDecay decay_form, Index m, Index n, auto tag) {
     using M = decltype(tag);
     opt.options().lr = T(lr);
     opt.options().momentum = T(beta);
     opt.options().weight_decay = T(lambda);
-    if (cautious) opt.options().scaling.weight_decay_method = WeightDecay::Cautious;
-    M big = randn<M>(9, 8, 31);
+    opt.options().scaling.weight_decay_method = decay_form;
+    const double s = std::sqrt(std::max(1.0, double(m) / double(n)));
+    const double keep = decay_form == WeightDecay::Independent ? 1 - lambda : 1 - lr * lambda;
+    M big = randn<M>(m + 3, n + 3, 31);
     const M before = big;
-    M w = big.block(1, 2, 6, 5);
+    M w = big.block(1, 2, m, n);
     auto whole = opt.make_state(w);
-    auto block = opt.make_state(big.block(1, 2, 6, 5));
-    Mat ref_w = w.template cast<double>(), ref_v = Mat::Zero(6, 5);
+    auto block = opt.make_state(big.block(1, 2, m, n));
+    Mat ref_w = w.template cast<double>(), ref_v = Mat::Zero(m, n);
     for (unsigned k = 0; k < 3; ++k) {
-      const M g = randn<M>(6, 5, 40 + k);
+      M g = randn<M>(m, n, 40 + k);
+      g.row(m / 2).setZero();
       opt.step(w, g, whole);
-      opt.step(big.block(1, 2, 6, 5), g, block);
+      opt.step(big.block(1, 2, m, n), g, block);
       const Mat gd = g.template cast<double>();
       ref_v = beta * ref_v + (1 - beta) * gd;
       const Mat u = (1 - beta) * gd + beta * ref_v;
       const Mat d = sign ? Mat(u.cwiseSign()) : u;
-      for (Index i = 0; i < 6; ++i)
-        for (Index j = 0; j < 5; ++j) {
-          const bool decay = !cautious || d(i, j) * ref_w(i, j) >= 0;
-          ref_w(i, j) = (decay ? (1 - lr * lambda) * ref_w(i, j) : ref_w(i, j)) - lr * d(i, j);
+      for (Index i = 0; i < m; ++i)
+        for (Index j = 0; j < n; ++j) {
+          const bool decays = decay_form != WeightDecay::Cautious || d(i, j) * ref_w(i, j) >= 0;
+          ref_w(i, j) = (decays ? keep * ref_w(i, j) : ref_w(i, j)) - lr * s * d(i, j);
         }
     }
     CHECK(rel_error(w, ref_w) <= tol<T>());
-    CHECK(M(big.block(1, 2, 6, 5)) == w);  // the block steps in place as the whole matrix does
-    big.block(1, 2, 6, 5) = before.block(1, 2, 6, 5);
+    CHECK(M(big.block(1, 2, m, n)) == w);  // the block steps in place as the whole matrix does
+    big.block(1, 2, m, n) = before.block(1, 2, m, n);
     CHECK(big == before);
   };
-  using Sgd = Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<shape::Unit>>;
-  using Signum = Optimizer<T, Sign, Momentum<Ema, Nesterov>, Static<shape::Unit>>;
-  for (const bool cautious : {false, true}) {
-    CAPTURE(cautious);
-    check(Sgd{}, false, cautious, RowMat<T>());
-    check(Sgd{}, false, cautious, ColMat<T>());
-    check(Signum{}, true, cautious, RowMat<T>());
-    check(Signum{}, true, cautious, ColMat<T>());
-  }
+  using Sgd = Optimizer<T, Identity, Momentum<Ema, Nesterov>, Static<>>;
+  using Signum = Optimizer<T, Sign, Momentum<Ema, Nesterov>, Static<>>;
+  for (const auto& mn : {std::pair<Index, Index>{6, 5}, {5, 7}, {6, 6}})
+    for (const WeightDecay decay_form : {WeightDecay::Decoupled, WeightDecay::Cautious, WeightDecay::Independent}) {
+      const Index m = mn.first, n = mn.second;
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(int(decay_form));
+      check(Sgd{}, false, decay_form, m, n, RowMat<T>());
+      check(Sgd{}, false, decay_form, m, n, ColMat<T>());
+      check(Signum{}, true, decay_form, m, n, RowMat<T>());
+      check(Signum{}, true, decay_form, m, n, ColMat<T>());
+    }
 }
 
 TEST_CASE_TEMPLATE("EMA and Sum momentum give the same direction after normalization", T, float, double) {

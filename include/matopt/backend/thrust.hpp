@@ -7,7 +7,7 @@
 // compile time (THRUST_DEVICE_SYSTEM = CPP, OMP or CUDA; CMake: MATOPT_THRUST_DEVICE_SYSTEM): with CPP or
 // OMP it compiles with g++ and runs on the CPU, which is how CI tests it without a GPU.
 //
-//   matopt::DeviceOptimizer<matopt::Muon<float>> opt;      // the preset's Options, defaults, checks
+//   matopt::ThrustOptimizer<matopt::Muon<float>> opt;      // the preset's Options, defaults, checks
 //   auto state = opt.make_state(w);                         // w: DeviceMatrix<float> or DeviceMatrixView
 //   opt.step(w, g, state);
 //

@@ -570,8 +570,12 @@ class Optimizer {
     constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
     using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
     const auto with_g = [&](detail::Strided<T> wv, const T* param, detail::Callback write_back) {
-      if (viewable(g) && detail::same_layout(detail::layout_of_v<GMat>, layout, g.rows(), g.cols()))
-        return f(wv, view_of(g), param, write_back);
+      if (viewable(g) && detail::same_layout(detail::layout_of_v<GMat>, layout, g.rows(), g.cols())) {
+        const detail::Strided<const T> gv = view_of(g);
+        // A single row or column is in either storage order, but its entries must lie next to each other along W's.
+        if (layout == Layout::RowMajor ? gv.cols <= 1 || gv.cs == 1 : gv.rows <= 1 || gv.rs == 1)
+          return f(wv, gv, param, write_back);
+      }
       copy_g_.reserve(g.size());  // an expression computed on the fly, or G in the other storage order
       Map(copy_g_.data(), g.rows(), g.cols()) = g;
       f(wv, detail::Strided<const T>(detail::strided(copy_g_.data(), g.rows(), g.cols(), layout)), param, write_back);

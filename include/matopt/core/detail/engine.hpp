@@ -513,19 +513,33 @@ struct HostEngine {
     }
   }
   /// A whole Identity (D = U) or Sign (D = sign(U)) + Static step in one element-wise pass over W, G and V (laid out
-  /// alike): W <- keep W - step D (cautious: keep only where D . W >= 0), then V <- v_v V + v_g G; U is never stored.
+  /// alike): W <- keep W - step D (cautious: keep only where D . W >= 0), then V <- v_v V + v_g G, chunk by chunk so
+  /// that G and V are read from memory once (dense views: in parallel pieces of a fixed size); U is never stored.
   template <bool SignOfU, class T>
   static void fused_update_entries(const Strided<T>& w, ConstView<T> g, const Strided<T>& v, const FusedStep<T>& f) {
+    const auto step = [&f](auto&& wm, const auto& gm, auto&& vm) {
+      const auto u = f.c.u_g * gm + f.c.u_v * vm;
+      const auto d = [&] {
+        if constexpr (SignOfU) return u.cwiseSign();
+        else return u;
+      }();
+      if (f.cautious) cautious_update(wm, f.keep, f.step, d);
+      else update(wm, f.keep, f.step, d);
+      vm = f.c.v_v * vm + f.c.v_g * gm;
+    };
     elementwise(
         [&](auto&& wm, const auto& gm, auto&& vm) {
-          const auto u = f.c.u_g * gm + f.c.u_v * vm;
-          const auto d = [&] {
-            if constexpr (SignOfU) return u.cwiseSign();
-            else return u;
-          }();
-          if (f.cautious) cautious_update(wm, f.keep, f.step, d);
-          else update(wm, f.keep, f.step, d);
-          vm = f.c.v_v * vm + f.c.v_g * gm;
+          if constexpr (remove_cvref_t<decltype(wm)>::ColsAtCompileTime == 1) {  // dense: one vector each
+            constexpr Index chunk = 4096;
+            parallel_for((wm.size() + chunk - 1) / chunk, [&](Index c) {
+              const Index at = c * chunk, k = std::min(chunk, wm.size() - at);
+              auto wc = wm.segment(at, k);
+              auto vc = vm.segment(at, k);
+              step(wc, gm.segment(at, k), vc);
+            });
+          } else {
+            step(wm, gm, vm);
+          }
         },
         w, g, v);
   }
