@@ -14,6 +14,8 @@
 //                                  through an engine form: core/detail/engine_step.hpp).
 //   policy_checks.fused_step       -DMATOPT_FUSED_STEP: a preconditioner declaring the former fused-step opt-in
 //                                  (the one-pass step is now the engines' fused_normalize_rows; it would be ignored).
+//   policy_checks.apply_on         -DMATOPT_BAD_APPLY_ON: an engine form whose apply_on the engine step cannot call
+//                                  (a parameter missing): named with the signature, not a template error inside.
 // Compiled with -DMATOPT_GOOD_STATE (the same State with both hooks as the optimizers call them), it compiles:
 // policy_checks.state_hooks_compile.
 #include <matopt/matopt.hpp>
@@ -31,12 +33,26 @@ struct HalfIdentity {  // D = U / 2
 #if defined(MATOPT_FUSED_STEP)
   static constexpr bool has_fused_step = true;
 #endif
+#if defined(MATOPT_BAD_APPLY_ON)  // an engine form only, whose apply_on lacks `layout`
+  template <class WS>
+  static void reserve_on(WS& ws, const Options&, matopt::Index m, matopt::Index n) {
+    ws.grow(ws.u, m * n);
+  }
+  template <class E, class WS, class FormU>
+  static matopt::detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options&, matopt::Index m,
+                                                               matopt::Index n, FormU&& form_u) {
+    const auto u = matopt::detail::form_in_workspace(ws, m, n, matopt::Layout::ColMajor, form_u);
+    e.scale(u, typename WS::Scalar(0.5));
+    return u;
+  }
+#else
   template <class T>
   struct Workspace {
     std::size_t bytes() const { return 0; }
   };
   template <class T>
   static void reserve(Workspace<T>&, const Options&, matopt::Index, matopt::Index) {}
+#endif
   static constexpr const char* name() { return "HalfIdentity"; }
 #if !defined(MATOPT_DROP_MEMBERS)
   template <class O, class D>
@@ -82,7 +98,7 @@ struct HalfIdentity {  // D = U / 2
   template <class T>
   static void check_state(const State<T>&, const Options&, matopt::Index, matopt::Index, std::string_view) {}
 #endif
-#else
+#elif !defined(MATOPT_BAD_APPLY_ON)
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
     sink(u * T(0.5));

@@ -14,6 +14,7 @@
 
 #include <array>
 #include <type_traits>
+#include <utility>
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/engine_form.hpp"
@@ -30,6 +31,33 @@ inline constexpr bool has_batched_ns_v = false;
 template <class E>
 inline constexpr bool has_batched_ns_v<E, std::void_t<decltype(E::has_batched_ns)>> = E::has_batched_ns;
 
+/// A form_u as the engine step passes it to apply_on (has_apply_on_v).
+template <class T>
+struct FormUProbe {
+  void operator()(Strided<T>) const {}
+};
+/// Whether P::apply_on takes what the engine step passes it (EngineStep::precondition_of): (e, ws, o, [state,] m, n,
+/// layout, form_u), the state where P keeps one, and returns D as a view.
+template <class P, class T, class E, class WS, class = void>
+inline constexpr bool has_apply_on_v = false;
+template <class P, class T, class E, class WS>
+inline constexpr bool has_apply_on_v<
+    P, T, E, WS,
+    std::enable_if_t<!has_policy_state_v<P, T> &&
+                     std::is_convertible_v<decltype(P::apply_on(std::declval<E&>(), std::declval<WS&>(),
+                                                                std::declval<const typename P::Options&>(), Index(),
+                                                                Index(), Layout(), std::declval<FormUProbe<T>&>())),
+                                           Strided<T>>>> = true;
+template <class P, class T, class E, class WS>
+inline constexpr bool has_apply_on_v<
+    P, T, E, WS,
+    std::enable_if_t<has_policy_state_v<P, T> &&
+                     std::is_convertible_v<decltype(P::apply_on(std::declval<E&>(), std::declval<WS&>(),
+                                                                std::declval<const typename P::Options&>(),
+                                                                std::declval<policy_state_t<P, T>&>(), Index(),
+                                                                Index(), Layout(), std::declval<FormUProbe<T>&>())),
+                                           Strided<T>>>> = true;
+
 /// One parameter's step on the engine E with the workspace WS, for Optimizer<T, P, M, S> options O: the engine and
 /// the options, the step's lr and weight decay, W's storage order and where the parameter's state is.
 template <class T, class P, class M, class S, class E, class WS, class O>
@@ -39,6 +67,11 @@ struct EngineStep {
   static constexpr bool second_moment = reads_gradient_v<P>;
   /// Row blocks, taken with a scaling that keeps no state (Driver::check, core/detail/driver.hpp).
   static constexpr bool splits_rows = splits_rows_v<P> && std::is_empty_v<typename S::template State<T>>;
+  // A second moment's and an engine-resident state's apply_on are the library's own forms (SecondMoment, Dion).
+  static_assert(second_moment || engine_state_v<P> || has_apply_on_v<P, T, E, WS>,
+                "matopt: a preconditioner's engine form declares `template <class E, class WS, class FormU> static "
+                "detail::Strided<typename WS::Scalar> apply_on(E& e, WS& ws, const Options& o, [State<T>& state,] "
+                "Index m, Index n, Layout layout, FormU&& form_u)`, returning D (core/detail/engine_form.hpp)");
 
   E& e;
   const O& o;
