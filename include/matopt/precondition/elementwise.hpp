@@ -28,6 +28,9 @@ struct StatelessPreconditioner {
   static void describe(O&, D&) {}
   /// The planner's cost (distributed/plan.hpp): m n, one pass over the entries.
   static double cost(Index m, Index n) { return elementwise_cost(m, n); }
+  /// D is a function of each entry of U alone, `direction(u)` (on Eigen arrays and expressions): the host form and
+  /// the host engine's one-pass step (HostEngine::fused_update_entries) both read it.
+  static constexpr bool entrywise = true;
   /// The engine form (core/detail/engine_form.hpp): U in the workspace.
   template <class WS>
   static void reserve_on(WS& ws, const Options&, Index m, Index n) {
@@ -40,10 +43,15 @@ struct StatelessPreconditioner {
 struct Identity : detail::StatelessPreconditioner {
   /// "Identity".
   static constexpr const char* name() { return "Identity"; }
-  /// Calls sink(U).
+  /// D = U.
+  template <class U>
+  static const U& direction(const U& u) {
+    return u;
+  }
+  /// Calls sink(D).
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
-    sink(u);
+    sink(direction(u));
   }
   /// D = U, formed in the workspace in W's order.
   template <class E, class WS, class FormU>
@@ -57,10 +65,15 @@ struct Identity : detail::StatelessPreconditioner {
 struct Sign : detail::StatelessPreconditioner {
   /// "Sign".
   static constexpr const char* name() { return "Sign"; }
-  /// Calls sink(sign(U)).
+  /// D = sign(U), sign(0) = 0.
+  template <class U>
+  static auto direction(const U& u) {
+    return u.cwiseSign();
+  }
+  /// Calls sink(D).
   template <class T, class UExpr, class Sink>
   static void apply(const UExpr& u, const Options&, Workspace<T>&, Sink&& sink) {
-    sink(u.cwiseSign());
+    sink(direction(u));
   }
   /// D = sign(U), in place on U formed in the workspace in W's order.
   template <class E, class WS, class FormU>

@@ -22,7 +22,6 @@
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
 #include "matopt/precondition/detail/fused_normalize.hpp"
-#include "matopt/precondition/elementwise.hpp"
 #include "matopt/precondition/row_blocks.hpp"
 #include "matopt/precondition/row_normalize.hpp"
 
@@ -100,11 +99,10 @@ class Driver {
   /// Whether a step is one pass of the engine's fused_normalize_rows (precondition/detail/fused_normalize.hpp):
   /// RowNormalize or ColNormalize, a momentum buffer and a scaling whose update is W <- keep W - step D (Static).
   static constexpr bool fused_lines = M::has_buffer && is_normalize_lines_v<P> && has_fused_step_v<S>;
-  /// Identity or Sign with a momentum buffer under Static, on the host engine: one element-wise pass
-  /// (HostEngine::fused_update_entries), steadier than their host form (signum ran at 0.8x of it there in one build:
-  /// bench/results/2026-12-05-fused-views-ab.txt); a device engine runs their engine form.
-  static constexpr bool fused_entries = M::has_buffer && Store::host_memory && has_fused_step_v<S> &&
-                                        (std::is_same_v<P, Identity> || std::is_same_v<P, Sign>);
+  /// An entry-wise preconditioner (Identity, Sign: P::direction) with a momentum buffer under Static, on the host
+  /// engine: one element-wise pass (HostEngine::fused_update_entries), 1.1-2x faster than their host form
+  /// (bench/results/2026-12-05-fused-views-ab.txt); a device engine runs their engine form.
+  static constexpr bool fused_entries = M::has_buffer && Store::host_memory && has_fused_step_v<S> && entrywise_v<P>;
   static constexpr bool fused = fused_lines || fused_entries;
   /// The whole step in that pass, on non-empty views laid out alike with unit inner stride (ws: the host engine's
   /// scratch).
@@ -113,8 +111,8 @@ class Driver {
     const auto c = M::coefficients(o.momentum, o.nesterov);
     const auto k = S::coefficients(o.scaling, lr, lambda, w.rows, w.cols);
     if constexpr (fused_entries) {
-      e.template fused_update_entries<std::is_same_v<P, Sign>>(w, g, v, FusedStep<T>{c, T(0), k.keep, k.step,
-                                                                                      k.cautious});
+      const auto direction = [](const auto& u) -> decltype(auto) { return P::direction(u); };
+      e.fused_update_entries(w, g, v, FusedStep<T>{c, T(0), k.keep, k.step, k.cautious}, direction);
     } else {
       const FusedStep<T> f{c, T(o.precondition.eps), k.keep, k.step, k.cautious};
       if constexpr (P::columns)

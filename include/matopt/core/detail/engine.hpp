@@ -512,17 +512,16 @@ struct HostEngine {
                              ws.scale.data());
     }
   }
-  /// A whole Identity (D = U) or Sign (D = sign(U)) + Static step in one element-wise pass over W, G and V (laid out
-  /// alike): W <- keep W - step D (cautious: keep only where D . W >= 0), then V <- v_v V + v_g G, chunk by chunk so
-  /// that G and V are read from memory once (dense views: in parallel pieces of a fixed size); U is never stored.
-  template <bool SignOfU, class T>
-  static void fused_update_entries(const Strided<T>& w, ConstView<T> g, const Strided<T>& v, const FusedStep<T>& f) {
-    const auto step = [&f](auto&& wm, const auto& gm, auto&& vm) {
+  /// A whole step of an entry-wise preconditioner (D = direction(U): Identity, Sign) under Static in one element-wise
+  /// pass over W, G and V (laid out alike): W <- keep W - step D (cautious: keep only where D . W >= 0), then
+  /// V <- v_v V + v_g G, chunk by chunk so that G and V are read from memory once (dense views: in parallel pieces of
+  /// a fixed size); U is never stored.
+  template <class T, class Direction>
+  static void fused_update_entries(const Strided<T>& w, ConstView<T> g, const Strided<T>& v, const FusedStep<T>& f,
+                                   const Direction& direction) {
+    const auto step = [&f, &direction](auto&& wm, const auto& gm, auto&& vm) {
       const auto u = f.c.u_g * gm + f.c.u_v * vm;
-      const auto d = [&] {
-        if constexpr (SignOfU) return u.cwiseSign();
-        else return u;
-      }();
+      const auto d = direction(u);
       if (f.cautious) cautious_update(wm, f.keep, f.step, d);
       else update(wm, f.keep, f.step, d);
       vm = f.c.v_v * vm + f.c.v_g * gm;

@@ -96,6 +96,11 @@ template <class P, class = void>
 inline constexpr bool splits_rows_v = false;
 template <class P>
 inline constexpr bool splits_rows_v<P, std::void_t<decltype(P::splits_rows)>> = P::splits_rows;
+/// P::entrywise if P declares it (D of each entry of U alone, P::direction(u): Identity, Sign), else false.
+template <class P, class = void>
+inline constexpr bool entrywise_v = false;
+template <class P>
+inline constexpr bool entrywise_v<P, std::void_t<decltype(P::entrywise)>> = P::entrywise;
 
 /// The state a policy keeps per parameter: P::State<T> if P declares one, NoState otherwise.
 struct NoState {
