@@ -124,21 +124,10 @@ struct DeviceDtypeCheck {
 
 }  // namespace detail
 
-/// One parameter's report from a device step: StepReport's fields, with U in device memory.
+/// One parameter's report from a device step: StepReport's fields, with W's data and U in device memory (U: what
+/// diagonal_dominance(engine, view) and singular_value_quantiles(engine, view) of device_diagnostics.hpp examine).
 template <class T>
-struct DeviceStepReport {
-  const T* param = nullptr;  ///< W's device data: identifies the parameter
-  /// W's shape.
-  /// @{
-  Index rows = 0, cols = 0;
-  /// @}
-  std::int64_t step = 0;  ///< the parameter's step count, this step included
-  /// U = u_g G + u_v V in W's layout, in device memory: what diagonal_dominance(engine, view) and
-  /// singular_value_quantiles(engine, view) (device_diagnostics.hpp) examine. Valid during the callback only.
-  DeviceMatrixView<const T> direction{};
-  double update_rms = 0;    ///< ||W_after - W_before||_F / sqrt(mn)
-  double effective_lr = 0;  ///< as effective_lr(state) after this step
-};
+using DeviceStepReport = StepReport<T, DeviceMatrixView<const T>>;
 
 /// A matopt::Optimizer (a preset or a user composition) stepping matrices in device memory: the host optimizer's
 /// step, stage for stage, with its options, defaults, validation and scalar rules, and the matrix work done by
@@ -358,7 +347,7 @@ class DeviceOptimizer {
     if (w.size() == 0) return;
     const detail::Strided<T> v = detail::strided(momentum(state), w.rows, w.cols, state.layout);
     if constexpr (Driver::fused)
-      Driver::fused_step(engine_, ws_, options_, w, g, v, options_.lr, options_.weight_decay);
+      Driver::fused_step(engine_, ws_, options_, w, g, v, options_.lr, options_.weight_decay, w.rows, w.cols);
     else
       Driver::engine_step(engine_, ws_, options_, state, state.layout, w, g, v, options_.lr, options_.weight_decay,
                           [&](Index count, auto&& block) {

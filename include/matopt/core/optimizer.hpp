@@ -505,7 +505,7 @@ class Optimizer {
     T* const v = state.momentum.data();
     [[maybe_unused]] detail::HostEngine e;  // the fused and engine steps' (not a host form's)
     if constexpr (Driver::fused) {  // one pass over memory (fused_normalize.hpp) on views laid out as L (on_views)
-      Driver::fused_step(e, ws, options_, w, g, detail::strided(v, m, n, L), k.lr, k.weight_decay);
+      Driver::fused_step(e, ws, options_, w, g, detail::strided(v, m, n, L), k.lr, k.weight_decay, m, n);
     } else if constexpr (engine_form) {
       Driver::engine_step(e, ws, options_, state, L, w, g, detail::strided(v, m, n, L), k.lr, k.weight_decay,
                           [&](Index count, auto&& block) { each_block(m, ws, count, block); });

@@ -111,27 +111,29 @@ struct StateCounters {
   }
 };
 
-/// One parameter's report from a step (see Telemetry).
-template <class T>
+/// One parameter's report from a step (see Telemetry). View: where U lies, MatrixView<const T> (host memory) or
+/// DeviceMatrixView<const T> (device memory: DeviceStepReport, backend/device_optimizer.hpp).
+template <class T, class View = MatrixView<const T>>
 struct StepReport {
-  const T* param = nullptr;        ///< W's data: identifies the parameter
+  const T* param = nullptr;        ///< W's data (in the memory View is of): identifies the parameter
   /// W's shape.
   /// @{
   Index rows = 0, cols = 0;
   /// @}
   std::int64_t step = 0;           ///< the parameter's step count, this step included
   /// U = u_g G + u_v V, what the preconditioner received (after momentum and Nesterov, `docs/math.md#diagnostics`: the
-  /// matrix diagonal_dominance and singular_value_quantiles examine). Valid during the callback only.
-  MatrixView<const T> direction{};
+  /// matrix diagonal_dominance and singular_value_quantiles examine, on the host or the device engine). Valid during
+  /// the callback only.
+  View direction{};
   double update_rms = 0;           ///< ||W_after - W_before||_F / sqrt(mn)
-  double effective_lr = 0;         ///< as Optimizer::effective_lr after this step
+  double effective_lr = 0;         ///< as effective_lr(state) after this step
 };
 
 /// Reporting every `every`-th step of each parameter (counted by its state) to `callback`. Off when
 /// `every` is 0 (the default): then a step costs one branch more. A reporting step copies W and U (and
 /// allocates those copies the first time a shape grows), so it costs about two passes over memory plus
-/// whatever the callback computes. Report is StepReport<T> on the host, DeviceStepReport<T> for
-/// DeviceOptimizer (backend/device_optimizer.hpp: the same fields, U in device memory).
+/// whatever the callback computes. Report is StepReport<T> on the host, DeviceStepReport<T> (U in device memory) for
+/// DeviceOptimizer.
 template <class T, class Report = StepReport<T>>
 struct Telemetry {
   /// Report every `every`-th step of each parameter; 0 (the default) turns telemetry off.

@@ -52,6 +52,7 @@
 #include <Eigen/Core>
 
 #include "matopt/config.hpp"
+#include "matopt/core/detail/driver.hpp"
 #include "matopt/core/detail/engine.hpp"
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/traits.hpp"
@@ -59,7 +60,6 @@
 #include "matopt/core/view.hpp"
 #include "matopt/distributed/communicator.hpp"
 #include "matopt/distributed/plan.hpp"
-#include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/detail/engine_workspace.hpp"
 #include "matopt/precondition/row_normalize.hpp"
 #include "matopt/serialization/checkpoint.hpp"
@@ -97,6 +97,9 @@ class ShardedOptimizer {
   using Preconditioner = typename Opt::PreconditionerType;
   using Scaling = typename Opt::ScalingType;
   using Momentum = typename Opt::MomentumType;
+  /// The checks and one-pass step of Opt's steps (core/detail/driver.hpp).
+  using Driver = detail::Driver<typename Opt::Scalar, Preconditioner, Momentum, Scaling, typename Opt::Options,
+                                detail::HostStore, StepReport<typename Opt::Scalar>>;
 
  public:
   /// The scalar type.
@@ -108,11 +111,14 @@ class ShardedOptimizer {
   /// Opt's options.
   using Options = typename Opt::Options;
 
-  /// RowSharded cuts rows for RowNormalize, columns for ColNormalize; both need Static scaling's fused step.
-  static constexpr bool row_shardable =
-      detail::is_normalize_lines_v<Preconditioner> && detail::has_fused_step_v<Scaling> && Momentum::has_buffer;
+  /// RowSharded cuts rows for RowNormalize, columns for ColNormalize: the one-pass step of a momentum buffer under
+  /// Static scaling (Driver::fused_lines), each line normalized on its own.
+  static constexpr bool row_shardable = Driver::fused_lines;
   /// Whether RowSharded mode cuts columns (ColNormalize) rather than rows.
-  static constexpr bool split_columns = std::is_same_v<Preconditioner, ColNormalize>;
+  static constexpr bool split_columns = [] {
+    if constexpr (row_shardable) return Preconditioner::columns;
+    else return false;
+  }();
 
   /// `params`: this rank's replica of every parameter (the same shapes, layouts and order on every rank;
   /// the buffers stay the caller's and must outlive this object). Collective only in that every rank must
@@ -424,28 +430,22 @@ class ShardedOptimizer {
     return s;
   }
 
-  /// RowSharded step of this rank's slices: the fused normalization step (fused_normalize.hpp) on each
+  /// RowSharded step of this rank's slices: the optimizer's one-pass normalization step (Driver::fused_step) on each
   /// slice with the whole matrix's scaling coefficients; the result goes to `out` for the all-gather.
   void step_slices(const T* mine, T* out) {
     const Options& o = opt_.options();
-    const auto c = Momentum::coefficients(o.momentum, o.nesterov);
+    detail::HostEngine e;
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const Piece& pc = pieces_[i * std::size_t(ranks_) + std::size_t(me_)];
       State& s = states_[i];
       const auto& p = params_[i];
-      const auto k = Scaling::coefficients(o.scaling, o.lr, o.weight_decay, p.rows, p.cols);
-      const detail::FusedStep<T> f{c, T(o.precondition.eps), k.keep, k.step, k.cautious};
       T* w = out + pc.offset;
       copy_out(p, pc, w);
-      if (s.momentum.size() != 0) {
-        const auto wv = detail::strided(w, s.rows, s.cols, p.layout);
-        const auto vv = detail::strided(s.momentum.data(), s.rows, s.cols, p.layout);
-        const auto gv = detail::strided(mine + pc.offset, s.rows, s.cols, p.layout);
-        if constexpr (split_columns)
-          detail::HostEngine::fused_normalize_rows(wv.t(), gv.t(), vv.t(), f, ws_);
-        else
-          detail::HostEngine::fused_normalize_rows(wv, gv, vv, f, ws_);
-      }
+      if (s.momentum.size() != 0)
+        Driver::fused_step(e, ws_, o, detail::strided(w, s.rows, s.cols, p.layout),
+                           detail::strided(mine + pc.offset, s.rows, s.cols, p.layout),
+                           detail::strided(s.momentum.data(), s.rows, s.cols, p.layout), o.lr, o.weight_decay, p.rows,
+                           p.cols);
       ++s.steps;
     }
   }

@@ -105,11 +105,13 @@ class Driver {
   static constexpr bool fused_entries = M::has_buffer && Store::host_memory && has_fused_step_v<S> && entrywise_v<P>;
   static constexpr bool fused = fused_lines || fused_entries;
   /// The whole step in that pass, on non-empty views laid out alike with unit inner stride (ws: the host engine's
-  /// scratch).
+  /// scratch), with the scaling's coefficients for an m x n parameter: W's shape, or the whole matrix's where W is a
+  /// slice of whole lines of it (ShardedOptimizer; the lines are normalized one by one, so a slice steps as its part).
   template <class E, class WS>
-  static void fused_step(E& e, WS& ws, const O& o, Strided<T> w, Strided<const T> g, Strided<T> v, T lr, T lambda) {
+  static void fused_step(E& e, WS& ws, const O& o, Strided<T> w, Strided<const T> g, Strided<T> v, T lr, T lambda,
+                         Index m, Index n) {
     const auto c = M::coefficients(o.momentum, o.nesterov);
-    const auto k = S::coefficients(o.scaling, lr, lambda, w.rows, w.cols);
+    const auto k = S::coefficients(o.scaling, lr, lambda, m, n);
     if constexpr (fused_entries) {
       const auto direction = [](const auto& u) -> decltype(auto) { return P::direction(u); };
       e.fused_update_entries(w, g, v, FusedStep<T>{c, T(0), k.keep, k.step, k.cautious}, direction);
