@@ -10,6 +10,7 @@
 //   BM_Step/muon_bf16/m/n          Muon with ns_dtype = bfloat16 (builds with oneDNN only)
 //   BM_StepBatch/<preset>/count/m/n  `count` same-shape matrices through the batched step
 //   BM_StepHeads/<preset>/heads/m/n  one step orthogonalized per head (heads blocks of m / heads rows)
+//   BM_Step/adamw|lion/m/n         one step of the element-wise optimizers (bytes: their reads and writes)
 //   (presets: muon, moonlight_muon, orscale, rmnp, colnorm, normuon on row-major (muon and normuon also on the GPT
 //    example's 128 x 128, 512 x 128, 128 x 512); rmnp_colmajor, colnorm_colmajor;
 //    compositions muon_spectral_cap, rmnp_adaptive)
@@ -96,6 +97,22 @@ void BM_Step(benchmark::State& bs) {
   }
   rate(bs, "bytes", 20.0 * double(m) * double(n));
   rate(bs, "flops", ns_flops(double(m), double(n)));
+}
+
+/// One step of an element-wise optimizer (AdamW, Lion) on m x n; `bytes` per element read and written (AdamW: W, G, m,
+/// v read, W, m, v written: 28 in float; Lion: 20).
+template <class Opt, int Bytes>
+void BM_Elementwise(benchmark::State& bs) {
+  const Index m = bs.range(0), n = bs.range(1);
+  Opt opt;
+  opt.options().weight_decay = 0.01f;
+  Mat w = Mat::Random(m, n), g = Mat::Random(m, n);
+  auto state = opt.make_state(w);
+  for (auto _ : bs) {
+    opt.step(w, g, state);
+    benchmark::ClobberMemory();
+  }
+  rate(bs, "bytes", double(Bytes) * double(m) * double(n));
 }
 
 /// One step of an m x n block of a larger matrix (lines further apart than their length, G a plain matrix).
@@ -210,6 +227,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_Step/rmnp_trust_ratio", BM_Step<RmnpTrust>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_Step/sron", BM_Step<Sron>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_StepBlock/rmnp", BM_StepBlock<mo::RMNP<float>>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/adamw", BM_Elementwise<mo::AdamW<float>, 28>)->Apply(shapes);
+  benchmark::RegisterBenchmark("BM_Step/lion", BM_Elementwise<mo::Lion<float>, 20>)->Apply(shapes);
   benchmark::RegisterBenchmark("BM_StepBlock/colnorm", BM_StepBlock<mo::ColNorm<float>>)->Apply(shapes);
   // Per-head orthogonalization: the GPT example's q/k/v (4 heads of 32 x 128), GPT-2 small's (12 of 64 x 768), and
   // 16 heads of 128 x 2048.

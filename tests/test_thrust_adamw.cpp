@@ -224,6 +224,108 @@ TEST_CASE_TEMPLATE("thrust backend: DeviceLion follows Lion's update (written ou
   CHECK(matopt::DeviceLion<T>::identity() == matopt::Lion<T>::identity());
 }
 
+namespace {
+/// A user's element-wise rule with two buffers, declared as docs/extending.md says and nothing more (no device
+/// code): m <- beta m + g;  s <- s + g^2;  W <- W (1 - lr lambda) - lr m / (sqrt(s) + eps).
+struct MomentumAdagrad {
+  static constexpr const char* name = "test::MomentumAdagrad";
+  template <class T>
+  struct Options {
+    T lr = T(0.05);
+    T beta = T(0.9);
+    T eps = T(1e-8);
+    T weight_decay = T(0);
+    matopt::NonFinite non_finite = matopt::NonFinite::Throw;
+  };
+  template <class Vec>
+  struct Buffers {
+    Vec m, s;
+    template <class F>
+    void each(F&& f) {
+      f("m", m);
+      f("s", s);
+    }
+    MATOPT_EXEC_CHECK_DISABLE
+    template <class F>
+    MATOPT_HOST_DEVICE void with(F&& f) {
+      f(m, s);
+    }
+  };
+  template <class Vec, class Fail>
+  static void check_loaded(const Buffers<Vec>&, Fail&&) {}
+  template <class O, class D>
+  static void describe(O& o, D& d) {
+    d("beta", o.beta, matopt::checks::UnitInterval{}, "momentum");
+    d("eps", o.eps, matopt::checks::Positive{}, "epsilon");
+  }
+  template <class T>
+  struct Coefficients {
+    T lr, beta, eps, keep;
+    bool decay;
+  };
+  template <class T>
+  static Coefficients<T> coefficients(const Options<T>& o, std::int64_t) {
+    return {o.lr, o.beta, o.eps, T(1) - o.lr * o.weight_decay, o.weight_decay != T(0)};
+  }
+  MATOPT_EXEC_CHECK_DISABLE
+  template <class W, class G, class T, class M, class S>
+  MATOPT_HOST_DEVICE static void element(W&& w, const G& g, const Coefficients<T>& k, M&& m, S&& s) {
+    using std::sqrt;
+    m = k.beta * m + g;
+    s = s + g * g;
+    if (k.decay) w *= k.keep;
+    w -= k.lr * m / (sqrt(s) + k.eps);
+  }
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("thrust backend: a user's element-wise rule steps on host and Thrust as written out in double",
+                   T, float, double) {
+  using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using Host = matopt::ElementwiseOptimizer<T, MomentumAdagrad>;
+  const double tol = std::is_same_v<T, float> ? 2e-6 : 1e-14;
+  typename Host::Options o;
+  o.weight_decay = T(0.1);
+  o.non_finite = matopt::NonFinite::Zero;
+  for (const auto& shape : std::vector<std::pair<Index, Index>>{{5, 7}, {7, 5}, {6, 6}, {1, 6}, {0, 4}}) {
+    const Index m = shape.first, n = shape.second;
+    CAPTURE(m);
+    CAPTURE(n);
+    for (const Layout layout : {Layout::RowMajor, Layout::ColMajor}) {
+      CAPTURE(int(layout));
+      HostMat w = matopt::test::randn<HostMat>(m, n, 21);
+      Eigen::ArrayXXd wd = w.template cast<double>().array(), mom = Eigen::ArrayXXd::Zero(m, n), sq = mom;
+      const double lr = double(o.lr), beta = double(o.beta), eps = double(o.eps), lambda = double(o.weight_decay);
+      Host host(o);
+      auto hs = host.make_state(w);
+      matopt::DeviceElementwise<T, MomentumAdagrad> dev(o);
+      auto dw = matopt::test::detail::device_copy<T>(w.template cast<double>(), layout);
+      auto ds = dev.make_state(dw);
+      for (unsigned k = 0; k < 3; ++k) {
+        CAPTURE(k);
+        HostMat g = matopt::test::randn<HostMat>(m, n, 200 + k);
+        if (k == 1 && g.size() > 0) g(0, 0) = std::numeric_limits<T>::quiet_NaN();  // zeroed (NonFinite::Zero)
+        Eigen::ArrayXXd gd = g.template cast<double>().array();
+        if (k == 1 && g.size() > 0) gd(0, 0) = 0;
+        mom = beta * mom + gd;
+        sq = sq + gd * gd;
+        wd = wd * (1 - lr * lambda) - lr * mom / (sq.sqrt() + eps);
+        host.step(w, g, hs);
+        dev.step(dw, matopt::test::detail::device_copy<T>(g.template cast<double>(), layout), ds);
+        const Eigen::MatrixXd want = wd.matrix();
+        CHECK(matopt::test::rel_error(w, want) <= tol);
+        CHECK(matopt::test::rel_error(matopt::to_host(dw), want) <= tol);
+        CHECK(matopt::test::rel_error(moments(ds.s, m, n, layout), Eigen::MatrixXd(sq.matrix())) <= tol);
+        CHECK(matopt::test::rel_error(moments(hs.m, m, n), Eigen::MatrixXd(mom.matrix())) <= tol);
+        CHECK(ds.steps == hs.steps);
+      }
+      CHECK(hs.zeroed == (m * n > 0 ? 1 : 0));
+      CHECK(ds.zeroed == hs.zeroed);
+    }
+  }
+  CHECK(Host::option_keys() == "lr, beta, eps, weight_decay, non_finite");
+}
+
 TEST_CASE("thrust backend: DeviceLion's non-finite policies, bad input and checkpoints, as the host Lion's") {
   using T = double;
   using HostMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

@@ -2,10 +2,6 @@
 #pragma once
 /// @file
 /// AdamW (arXiv 1711.05101) for the parameters that are not hidden matrices: biases, norms, embeddings, heads.
-// AdamW (Loshchilov & Hutter, arXiv 1711.05101) for the parameters that are not hidden matrices: biases,
-// norms, embeddings, output heads (docs/math.md#presets). The same step as torch.optim.AdamW:
-//   W <- W (1 - lr lambda);  m <- b1 m + (1 - b1) g;  v <- b2 v + (1 - b2) g^2
-//   W <- W - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // The update rule of an ElementwiseOptimizer (core/elementwise_optimizer.hpp), which supplies the rest.
 
 #include <cmath>
@@ -20,16 +16,11 @@ namespace matopt {
 namespace detail {
 
 /// AdamW's scalars at step t (1-based): the bias corrections folded into the step size and the denominator,
-/// and the decoupled decay factor. Shared by AdamW's update and the device backends' element update.
+/// and the decoupled decay factor (decay: lambda != 0).
 template <class T>
 struct AdamWCoefficients {
   T beta1, beta2, eps, keep, step_size, inv_sqrt_bc2;
-  template <class Options>
-  static AdamWCoefficients at(const Options& o, std::int64_t t) {
-    const T bc1 = T(1) - T(std::pow(static_cast<double>(o.beta1), static_cast<double>(t)));
-    const T bc2 = T(1) - T(std::pow(static_cast<double>(o.beta2), static_cast<double>(t)));
-    return {o.beta1, o.beta2, o.eps, T(1) - o.lr * o.weight_decay, o.lr / bc1, T(1) / std::sqrt(bc2)};
-  }
+  bool decay;
 };
 
 }  // namespace detail
@@ -68,6 +59,12 @@ struct AdamW {
       f("m", m);
       f("v", v);
     }
+    /// f(m, v): every buffer, for the element update.
+    MATOPT_EXEC_CHECK_DISABLE
+    template <class F>
+    MATOPT_HOST_DEVICE void with(F&& f) {
+      f(m, v);
+    }
   };
   /// Checkpoint loading (the host buffers): the second moment is an EMA of squares.
   template <class Vec, class Fail>
@@ -82,26 +79,24 @@ struct AdamW {
     d("eps", o.eps, checks::Positive{}, "AdamW's epsilon");
   }
 
+  /// The scalars of step t (bias corrections in double, as torch's).
+  template <class T>
+  static detail::AdamWCoefficients<T> coefficients(const Options<T>& o, std::int64_t t) {
+    const T bc1 = T(1) - T(std::pow(static_cast<double>(o.beta1), static_cast<double>(t)));
+    const T bc2 = T(1) - T(std::pow(static_cast<double>(o.beta2), static_cast<double>(t)));
+    return {o.beta1, o.beta2, o.eps, T(1) - o.lr * o.weight_decay, o.lr / bc1, T(1) / std::sqrt(bc2),
+            o.weight_decay != T(0)};
+  }
   /// The update, written once: w, g, m, v are Eigen arrays (the host's update) or one element each (a device's
-  /// pass, backend/device_adamw.hpp); `decay`: lambda != 0.
+  /// pass, backend/device_elementwise.hpp).
   MATOPT_EXEC_CHECK_DISABLE
-  template <class W, class G, class M, class V, class T>
-  MATOPT_HOST_DEVICE static void element(W&& w, const G& g, M&& m, V&& v, const detail::AdamWCoefficients<T>& k,
-                                         bool decay) {
+  template <class W, class G, class T, class M, class V>
+  MATOPT_HOST_DEVICE static void element(W&& w, const G& g, const detail::AdamWCoefficients<T>& k, M&& m, V&& v) {
     using std::sqrt;
     m = k.beta1 * m + (T(1) - k.beta1) * g;
     v = k.beta2 * v + (T(1) - k.beta2) * (g * g);
-    if (decay) w *= k.keep;
+    if (k.decay) w *= k.keep;
     w -= k.step_size * m / (sqrt(v) * k.inv_sqrt_bc2 + k.eps);
-  }
-  /// One step at count t on checked arguments.
-  template <class WMat, class GExpr, class T>
-  static void update(WMat& w, const GExpr& g, Buffers<Eigen::Matrix<T, Eigen::Dynamic, 1>>& b, const Options<T>& o,
-                     std::int64_t t) {
-    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
-    using Map = Eigen::Map<detail::DynamicMatrix<T, layout>>;
-    Map m(b.m.data(), w.rows(), w.cols()), v(b.v.data(), w.rows(), w.cols());
-    element(w.array(), g.array(), m.array(), v.array(), detail::AdamWCoefficients<T>::at(o, t), o.weight_decay != T(0));
   }
 };
 }  // namespace rules
@@ -109,7 +104,7 @@ struct AdamW {
 /// AdamW (Loshchilov & Hutter, arXiv 1711.05101), the step of torch.optim.AdamW, for parameters that are not hidden
 /// matrices (biases, norms, embeddings, output heads): W <- W (1 - lr lambda), m <- b1 m + (1 - b1) g,
 /// v <- b2 v + (1 - b2) g^2, W <- W - (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps). Any Eigen matrix or
-/// vector; the same interface as Optimizer (make_state, step, options, checkpoints).
+/// vector; the same interface as Optimizer (make_state, step, options, checkpoints). See `docs/math.md#presets`.
 template <class T>
 using AdamW = ElementwiseOptimizer<T, rules::AdamW>;
 

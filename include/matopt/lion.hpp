@@ -2,10 +2,6 @@
 #pragma once
 /// @file
 /// Lion (arXiv 2302.06675), an alternative to AdamW for the parameters that are not hidden matrices.
-// Lion (Chen et al., arXiv 2302.06675; google/automl lion_pytorch.py, = lucidrains/lion-pytorch update_fn) for
-// the parameters that are not hidden matrices, in place of AdamW (docs/math.md#lion):
-//   W <- W (1 - lr lambda);  W <- W - lr sign(b1 m + (1 - b1) g);  m <- b2 m + (1 - b2) g
-// sign(0) = 0. The paper's advice: lr 3-10x smaller than AdamW's and lambda 3-10x larger (the decay is lr lambda).
 // The update rule of an ElementwiseOptimizer (core/elementwise_optimizer.hpp), which supplies the rest. A
 // HybridOptimizer takes it as its second optimizer: HybridOptimizer<T>(matrix, make_optimizer<T>("lion")).
 
@@ -44,6 +40,12 @@ struct Lion {
     void each(F&& f) {
       f("m", m);
     }
+    /// f(m), for the element update.
+    MATOPT_EXEC_CHECK_DISABLE
+    template <class F>
+    MATOPT_HOST_DEVICE void with(F&& f) {
+      f(m);
+    }
   };
   /// Checkpoint loading: any finite momentum is valid.
   template <class Vec, class Fail>
@@ -55,23 +57,25 @@ struct Lion {
     d("beta2", o.beta2, checks::UnitInterval{}, "Lion's momentum decay");
   }
 
-  /// One step on checked arguments (t unused: Lion has no bias correction).
-  template <class WMat, class GExpr, class T>
-  static void update(WMat& w, const GExpr& g, Buffers<Eigen::Matrix<T, Eigen::Dynamic, 1>>& b, const Options<T>& o,
-                     std::int64_t) {
-    constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<WMat>>;
-    Eigen::Map<detail::DynamicMatrix<T, layout>> m(b.m.data(), w.rows(), w.cols());
-    element(w.array(), g.array(), m.array(), o.lr, T(1) - o.lr * o.weight_decay, o.beta1, o.beta2,
-            o.weight_decay != T(0));
+  /// A step's scalars: lr, keep = 1 - lr lambda, the betas, decay: lambda != 0.
+  template <class T>
+  struct Coefficients {
+    T lr, keep, beta1, beta2;
+    bool decay;
+  };
+  /// The scalars of a step (t unused: Lion has no bias correction).
+  template <class T>
+  static Coefficients<T> coefficients(const Options<T>& o, std::int64_t) {
+    return {o.lr, T(1) - o.lr * o.weight_decay, o.beta1, o.beta2, o.weight_decay != T(0)};
   }
   /// The update, written once: w, g, m are Eigen arrays (the host's update) or one element each (a device's pass,
-  /// backend/device_lion.hpp); keep = 1 - lr lambda, `decay`: lambda != 0.
+  /// backend/device_elementwise.hpp).
   MATOPT_EXEC_CHECK_DISABLE
-  template <class W, class G, class M, class T>
-  MATOPT_HOST_DEVICE static void element(W&& w, const G& g, M&& m, T lr, T keep, T beta1, T beta2, bool decay) {
-    if (decay) w *= keep;
-    w -= lr * detail::sign_of(beta1 * m + (T(1) - beta1) * g);
-    m = beta2 * m + (T(1) - beta2) * g;
+  template <class W, class G, class T, class M>
+  MATOPT_HOST_DEVICE static void element(W&& w, const G& g, const Coefficients<T>& k, M&& m) {
+    if (k.decay) w *= k.keep;
+    w -= k.lr * detail::sign_of(k.beta1 * m + (T(1) - k.beta1) * g);
+    m = k.beta2 * m + (T(1) - k.beta2) * g;
   }
 };
 }  // namespace rules
@@ -79,7 +83,8 @@ struct Lion {
 /// Lion (Chen et al., arXiv 2302.06675; google/automl lion_pytorch.py): W <- W (1 - lr lambda),
 /// W <- W - lr sign(b1 m + (1 - b1) g), m <- b2 m + (1 - b2) g, with sign(0) = 0. For the parameters that are not
 /// hidden matrices, in place of AdamW (the paper advises an lr 3-10x smaller and a lambda 3-10x larger). Any Eigen
-/// matrix or vector; the same interface as AdamW.
+/// matrix or vector; the same interface as AdamW. google/automl's lion_pytorch.py step is lucidrains/lion-pytorch's
+/// update_fn; see `docs/math.md#lion`.
 template <class T>
 using Lion = ElementwiseOptimizer<T, rules::Lion>;
 

@@ -5,11 +5,12 @@
 // The device twin of ElementwiseOptimizer (core/elementwise_optimizer.hpp): the host rule's Options, defaults,
 // validation, messages, non-finite policy and State fields (checkpoints move between the two), the buffers in device
 // memory (W's storage order), and the update as one Thrust pass over W, G and the buffers, element by element
-// (detail::DeviceRule<Rule>::op: the rule's `element`, as on the host). On Thrust's device system: CPP or OMP on
-// the CPU, CUDA on the GPU (from a .cu file; there it runs on the stream given at construction, by default the
-// legacy default stream, which the CUDA engine's own blocking stream is ordered with; give a caller's non-blocking
-// stream to order the step with the work on it). NonFinite::Zero zeroes G's non-finite entries inside that pass,
-// so step allocates nothing (the finiteness check is a Thrust reduction, which may use Thrust's temporary storage).
+// (detail::ElementOp: the rule's `coefficients` and `element`, as on the host; a rule declares nothing for the
+// device). On Thrust's device system: CPP or OMP on the CPU, CUDA on the GPU (from a .cu file; there it runs on the
+// stream given at construction, by default the legacy default stream, which the CUDA engine's own blocking stream is
+// ordered with; give a caller's non-blocking stream to order the step with the work on it). NonFinite::Zero zeroes
+// G's non-finite entries inside that pass, so step allocates nothing (the finiteness check is a Thrust reduction,
+// which may use Thrust's temporary storage).
 
 #include <cstdint>
 #include <string>
@@ -28,16 +29,28 @@
 
 namespace matopt {
 namespace detail {
-/// A rule's element update on the device: `op(w, g, buffers, options, t, decay, zero)` returns the functor of one
-/// Thrust pass (device_adamw.hpp, device_lion.hpp specialize it).
-template <class Rule>
-struct DeviceRule;
+/// One Thrust pass of an element-wise rule: element i of W, G (a non-finite g mapped to 0 where `zero`) and the
+/// buffers through the rule's element update, with the step's coefficients k.
+template <class T, class Rule, class K>
+struct ElementOp {
+  T* w;
+  const T* g;
+  typename Rule::template Buffers<T*> buffers;
+  K k;
+  bool zero;
+  MATOPT_HOST_DEVICE void operator()(Index i) const {
+    T gi = g[i];
+    if (zero && !finite_value(gi)) gi = T(0);
+    auto b = buffers;
+    b.with([&](auto... p) { Rule::element(w[i], gi, k, p[i]...); });
+  }
+};
 }  // namespace detail
 
 /// An element-wise optimizer (the rule `Rule`: rules::AdamW, rules::Lion) stepping matrices in device memory with
 /// Thrust alone. Checkpoints are interchangeable with the host optimizer's.
 /// @tparam T float or double.
-/// @tparam Rule the update rule, with a detail::DeviceRule<Rule> (DeviceAdamW, DeviceLion).
+/// @tparam Rule the update rule (rules::AdamW: DeviceAdamW; rules::Lion: DeviceLion; a user's rule as it is).
 template <class T, class Rule>
 class DeviceElementwise {
  public:
@@ -146,8 +159,12 @@ class DeviceElementwise {
     const auto policy = detail::on_stream(stream_);
     const detail::GradAction action = detail::device_gradient_action(policy, where, w, g, options_.non_finite, state);
     if (action == detail::GradAction::Skip) return;
-    const auto op = detail::DeviceRule<Rule>::op(w.data, g.data, state, options_, ++state.steps,
-                                                 options_.weight_decay != T(0), action == detail::GradAction::Zero);
+    const auto k = Rule::coefficients(options_, ++state.steps);
+    detail::ElementOp<T, Rule, detail::remove_cvref_t<decltype(k)>> op{w.data, g.data, {}, k,
+                                                                        action == detail::GradAction::Zero};
+    state.with([&](auto&... src) {
+      op.buffers.with([&](auto&... dst) { ((dst = thrust::raw_pointer_cast(src.data())), ...); });
+    });
     thrust::for_each(policy, thrust::counting_iterator<Index>(0), thrust::counting_iterator<Index>(w.size()), op);
   }
   /// One step of DeviceMatrix W with gradient G.

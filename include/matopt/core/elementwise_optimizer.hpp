@@ -12,9 +12,9 @@
 //   check_loaded(buffers, fail)        what loaded (host) buffers must satisfy (AdamW: v >= 0)
 //   describe(o, d)                     the rule's own options (core/options.hpp; lr, weight_decay and non_finite
 //                                      are declared here)
-//   update(w, g, buffers, o, t)        one step on checked arguments at step count t (1-based); g may be an
-//                                      expression (NonFinite::Zero). AdamW and Lion write it once, as `element`
-//                                      on Eigen arrays here and on one element in a device's pass.
+//   coefficients(o, t)                 the scalars of a step at count t (1-based), a trivially copyable struct
+//   element(w, g, k, buffers...)       the update, written once: on Eigen arrays here, on one element in a device's
+//                                      pass (backend/device_elementwise.hpp); Buffers' with(f) calls f(buffers...)
 // Works on any Eigen matrix or vector. The device twins (backend/device_adamw.hpp, device_lion.hpp) take the same
 // rule's options and state fields, so checkpoints move between the two.
 
@@ -135,10 +135,10 @@ class ElementwiseOptimizer {
     validate(options_, where);
     state.check_fits(where, w.rows(), w.cols(), layout, g.rows(), g.cols(), layout);
     switch (detail::gradient_action(detail::all_finite(g), options_.non_finite, where, g.rows(), g.cols())) {
-      case detail::GradAction::Apply: return Rule::update(w, g.derived(), state, options_, ++state.steps);
+      case detail::GradAction::Apply: return update(w, g.derived(), state);
       case detail::GradAction::Skip: ++state.skipped; return;
       case detail::GradAction::Zero:
-        Rule::update(w, g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); }), state, options_, ++state.steps);
+        update(w, g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); }), state);
         ++state.zeroed;
     }
   }
@@ -156,6 +156,14 @@ class ElementwiseOptimizer {
   static std::string option_keys() { return detail::option_keys<ElementwiseOptimizer>(); }
 
  private:
+  /// The rule's element update on Eigen arrays of W, G and the buffers (maps of W's shape), at the next step count.
+  template <class WMat, class GExpr>
+  void update(WMat& w, const GExpr& g, State& s) const {
+    using Map = Eigen::Map<detail::DynamicMatrix<T, detail::layout_of_v<detail::remove_cvref_t<WMat>>>>;
+    const auto k = Rule::coefficients(options_, ++s.steps);
+    s.with([&](auto&... b) { Rule::element(w.array(), g.array(), k, Map(b.data(), w.rows(), w.cols()).array()...); });
+  }
+
   Options options_;
 };
 
