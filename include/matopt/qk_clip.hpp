@@ -3,14 +3,7 @@
 /// @file
 /// QK-clip (MuonClip; Kimi K2, arXiv 2507.20534): rescales the query and key projections whose logits grow too large.
 // QK-clip (MuonClip; Kimi K2, arXiv 2507.20534; NVIDIA Megatron-LM clip_qk; docs/math.md#qk-clip),
-// applied after an optimizer step to the query and key projections of one attention layer:
-//   S_h     head h's largest pre-softmax logit over the batch, q_i . k_j / sqrt(d_head) (the scale included)
-//   eta_g   = min(1, tau / max_{h in g} S_h)  per query group g: one KV head and the H / KV query heads that
-//             read it (KV = H for multi-head attention: one head per group, eta = min(1, tau / S_h))
-//   W_q rows of the heads of g <- eta_g^alpha W_q,   W_k rows of KV head g <- eta_g^(1 - alpha) W_k
-// so every logit of group g is multiplied by eta_g and the group's largest becomes tau. Only groups with a
-// logit above tau change; W_v and W_o are untouched. alpha = 0.5 (Megatron's qk_clip_alpha; the paper's sqrt
-// of gamma on each side for MHA); tau = 100 (Kimi K2).
+// applied after an optimizer step to the query and key projections of one attention layer.
 // Layout: W_q is (H d_head) x d_model and W_k (KV d_head) x d_model, each head a contiguous block of d_head
 // rows (torch.nn.Linear weights of separate q and k projections); query heads g H/KV ... (g + 1) H/KV - 1 read
 // KV head g (repeat_interleave of the KV heads, as LLaMA's GQA). Any Eigen dense matrix works, either order;
@@ -31,6 +24,11 @@ namespace matopt {
 
 /// Options of qk_clip(): per query group g, eta = min(1, tau / max_h S_h), W_q rows *= eta^alpha, W_k rows *=
 /// eta^(1 - alpha), so that the group's largest logit becomes tau.
+/// S_h is head h's largest pre-softmax logit over the batch, q_i . k_j / sqrt(d_head) (the scale included); a group
+/// is one KV head and the H / KV query heads that read it (KV = H for multi-head attention: one head per group).
+/// Every logit of group g is multiplied by eta. Only groups with a logit above tau change; W_v and W_o are
+/// untouched. Defaults: tau = 100 (Kimi K2); alpha = 0.5 (Megatron's qk_clip_alpha; the paper's sqrt of gamma on
+/// each side for MHA).
 struct QkClipOptions {
   double tau = 100.0;   ///< the largest logit a head may keep
   double alpha = 0.5;   ///< the share of the clip taken by W_q (W_k takes 1 - alpha)

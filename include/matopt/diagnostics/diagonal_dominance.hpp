@@ -6,10 +6,6 @@
 // `compute_diagonal_dominance`, Dominator-Index/RMNP). When P is diagonal, Muon's (U U^T)^{-1/2} U is exactly
 // RMNP's row normalization, so these ratios measure how far the two preconditioners can differ.
 //
-//   r_i = |P_ii| / ((1/(m-1)) sum_{j != i} |P_ij| + 1e-10)          per row, then min / mean / max
-//   P_ii / (max_{j != i} |P_ij| + 1e-10)                              ratio to the largest off-diagonal
-//   P_ii - sum_{j != i} |P_ij|                                        Gershgorin margin (and / P_ii)
-//
 // P is formed with a symmetric rank update of its lower triangle (SYRK: about m^2 n flops, half a GEMM)
 // in the workspace's scalar type, double by default; float input is widened first, so every product is
 // exact and only the sums round. The definition asks for at least fp32 (docs/math.md#diagonal-dominance).

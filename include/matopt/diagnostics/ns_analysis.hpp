@@ -2,11 +2,7 @@
 #pragma once
 /// @file
 /// Newton–Schulz analysis: response tables, failure thresholds, a step planner and power-law extrapolation.
-// Newton–Schulz analysis (docs/math.md; Magakyan, Parrilo, Ozdaglar): how a schedule maps a
-// normalized singular value after k steps, the smallest singular value it lifts into a band tau (the NS
-// "failure threshold"), a planner choosing the fewest steps whose threshold lies below a tracked
-// singular-value quantile, and the power law q(M) = q_ref (M / M_ref)^(-alpha) along which those quantiles
-// move with model size M (alpha from 0.25 to 0.96 in the abstract). All scalar: no matrices involved.
+// Newton–Schulz analysis (docs/math.md; Magakyan, Parrilo, Ozdaglar). All scalar: no matrices involved.
 
 #include <algorithm>
 #include <cmath>

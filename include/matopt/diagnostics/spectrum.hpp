@@ -2,13 +2,7 @@
 #pragma once
 /// @file
 /// Singular-value diagnostics: quantiles, orthogonality residual, spectral flatness and the exact-polar step.
-// Spectral diagnostics (docs/math.md#diagnostics):
-//  - singular-value quantiles of X = U / ||U||_F, the matrix Newton–Schulz sees
-//    (Magakyan, Parrilo, Ozdaglar, "singular value quantiles of the momentum buffer");
-//  - the orthogonality residual of a Newton–Schulz output: its singular-value spread and
-//    ||X X^T - I||_F / sqrt(r) on the short side;
-//  - spectral flatness mean(sigma) / max(sigma) of a gradient and the stable step of the exact-polar update
-//    on 1/2 ||W - W*||^2, eta < 2 ||G||_* / rank (docs/math.md#spectral-flatness).
+// Spectral diagnostics (docs/math.md#diagnostics).
 // Everything is computed in double whatever the input's scalar. These functions allocate (SVD,
 // eigen-solver); they are measurements, not part of a step.
 
@@ -83,7 +77,7 @@ Eigen::VectorXd normalized_singular_values(const Eigen::MatrixBase<Derived>& u) 
 /// Quantiles at `ps` (each in [0, 1]) of the singular values of X = U / ||U||_F, the normalized singular
 /// values Newton–Schulz sees before its safety factor (`docs/math.md#singular-value-quantiles`). Convention of
 /// sample_quantiles (numpy "linear") over all min(m, n) singular values. Throws std::invalid_argument for an
-/// empty U or p outside [0, 1].
+/// empty U or p outside [0, 1]. After Magakyan, Parrilo, Ozdaglar ("singular value quantiles of the momentum buffer").
 template <class Derived>
 std::vector<double> singular_value_quantiles(const Eigen::MatrixBase<Derived>& u, const std::vector<double>& ps) {
   constexpr const char* where = "matopt::singular_value_quantiles";

@@ -2,21 +2,7 @@
 #pragma once
 /// @file
 /// TorchOptimizer: matopt as a torch::optim::Optimizer (target matopt::libtorch; not in <matopt/matopt.hpp>).
-// matopt as a libtorch optimizer: matopt::TorchOptimizer derives from torch::optim::Optimizer, so a libtorch
-// program switches to matopt by changing one line:
-//
-//   // torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
-//   matopt::TorchOptimizer opt(model->named_parameters(), "muon", {{"lr", "0.02"}});
-//   ...
-//   opt.zero_grad(); loss.backward(); opt.step();
-//
-// Routing as HybridOptimizer's (docs/math.md): hidden 2-D weights, and conv weights through their (out, in*kh*kw)
-// view, go to the matrix optimizer; 1-D parameters, embeddings and output heads to AdamW (name rules below,
-// which the user can override). The two routes are torch's param groups 0 ("matrix") and 1 ("adamw"), whose
-// options carry lr and weight decay: group.options().set_lr(x) and libtorch's schedulers change them. matopt
-// steps each tensor's own storage (zero copy); what it cannot step in place is refused at construction.
-//
-// Target matopt::libtorch (defined when CMake finds Torch); not included by <matopt/matopt.hpp>.
+// Target matopt::libtorch is defined when CMake finds Torch.
 #include <cstddef>
 #include <cstdint>
 #include <cmath>
@@ -146,10 +132,17 @@ MatrixView<T> torch_view(const Tensor& t) {
 }  // namespace detail
 
 /// matopt as a libtorch optimizer: derives from torch::optim::Optimizer, so a program switches to matopt by changing
-/// one line (`matopt::TorchOptimizer opt(model->named_parameters(), "muon", {{"lr", "0.02"}});`). Routing as
-/// HybridOptimizer's: hidden 2-D weights and conv weights (as (out, in*kh*kw)) go to the matrix optimizer; vectors,
-/// embeddings and output heads to AdamW (or Lion). The routes are torch param groups 0 ("matrix") and 1 ("adamw"),
-/// whose options (TorchGroupOptions) carry lr and weight decay. Each tensor's own storage is stepped (zero copy).
+/// one line:
+/// @code
+/// // torch::optim::AdamW opt(model->parameters(), torch::optim::AdamWOptions(1e-3));
+/// matopt::TorchOptimizer opt(model->named_parameters(), "muon", {{"lr", "0.02"}});
+/// ...
+/// opt.zero_grad(); loss.backward(); opt.step();
+/// @endcode
+/// Routing as HybridOptimizer's (docs/math.md): hidden 2-D weights and conv weights (as (out, in*kh*kw)) go to the
+/// matrix optimizer; vectors, embeddings and output heads to AdamW (or Lion). The routes are torch param groups 0
+/// ("matrix") and 1 ("adamw"), whose options (TorchGroupOptions) carry lr and weight decay. Each tensor's own storage
+/// is stepped (zero copy); what cannot be stepped in place is refused at construction.
 ///
 /// Data parallel (TorchOptions::communicator, a group of N > 1 ranks): step() averages the gradients across ranks
 /// (bucketed all-reduces, parameters in a fixed order), then each matrix is stepped by one owner rank, chosen by the

@@ -2,21 +2,12 @@
 #pragma once
 /// @file
 /// Adaptive: per matrix, a cheap preconditioner while U's Gram matrix is diagonally dominant, the exact one otherwise.
-// Adaptive: per matrix, the cheap preconditioner (RowNormalize, Theta(mn)) while the Gram matrix of its U
-// stays diagonally dominant, and the exact one (Orthogonalize, Theta(mn min(m,n))) when it does not.
-//
-// Why: when P = U U^T is diagonal, (U U^T)^(-1/2) U is exactly row normalization, and the RMNP authors'
-// measurements show r_min of P rising above 1 early in training and staying there (docs/math.md#adaptive-switching).
-// So every `every` steps of a parameter (its first step included) this policy measures r_min
-// (docs/math.md#diagonal-dominance) on U and uses
-//   Cheap  while r_min >= threshold   (default threshold 1: the diagonal outweighs the mean |off-diagonal|)
-//   Exact  otherwise,
-// keeping the choice until the next check. For ColNormalize as the cheap policy the Gram is U^T U.
+// Why: the RMNP authors' measurements show r_min (docs/math.md#diagonal-dominance) of P = U U^T rising above 1
+// early in training and staying there (docs/math.md#adaptive-switching).
 //
 // Cost: a check is a symmetric rank update of P (m^2 n / 2 multiply-adds, less than one NS5 iteration) and one
 // evaluation of U into the workspace; it may allocate Eigen's packing buffers. Between checks a step
-// costs what the chosen policy costs. The decision, the measured r_min and the number of switches are
-// in the parameter's state (and in checkpoints).
+// costs what the chosen policy costs.
 
 #include <algorithm>
 #include <cstdint>
@@ -52,7 +43,7 @@ struct Adaptive {
 
   /// The switching rule and both policies' options.
   struct Options {
-    double threshold = 1.0;  ///< use Cheap while r_min >= threshold
+    double threshold = 1.0;  ///< use Cheap while r_min >= threshold (1: diagonal outweighs the mean |off-diagonal|)
     int every = 100;         ///< re-check every `every` steps of a parameter
     /// Cheap's options.
     typename Cheap::Options cheap{};

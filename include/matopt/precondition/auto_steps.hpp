@@ -2,25 +2,16 @@
 #pragma once
 /// @file
 /// AutoSteps: Orthogonalize with its Newton–Schulz step count planned per matrix from the momentum's spectrum.
-// AutoSteps: Orthogonalize whose Newton–Schulz step count is re-planned per matrix from the momentum's own
-// spectrum (facade: `muon` with ns_steps=auto).
-//
 // Why: NS maps a normalized singular value s to p_K(s), and directions with s below the schedule's failure
 // threshold come out far from 1 (docs/math.md#step-planning-and-autosteps). Magakyan, Parrilo and Ozdaglar
 // track the singular-value
 // quantiles of each layer's momentum and finds that they settle after a burn-in at a value set by layer type
 // and model size, so the fewest steps that still orthogonalize the directions that matter can be chosen per
-// layer. Every `plan_every` steps of a parameter (its first step included) this policy measures the quantile
-// q at p = `plan_quantile` of the singular values of X = U / ||U||_F and sets K = plan_ns_steps(schedule, q,
-// {tau, max_steps}).steps (diagnostics/ns_analysis.hpp: the fewest K whose failure threshold lies at or
-// below q / safety; max_steps when none does), which it keeps until the next check. A q below 1e-7 (a zero U,
-// or one rank-deficient at p: the Gram's eigenvalues do not resolve it) keeps the schedule's own `steps`.
+// layer.
 //
 // Cost: a check forms U's Gram on the short side in double and its eigenvalues (r^2 s + O(r^3) for r x s,
 // r <= s: about one NS iteration and a symmetric eigensolve) and allocates them; between checks a step costs
-// K NS iterations and allocates nothing. The plan, the measured q and the NS iterations run are in the
-// parameter's state (and in checkpoints). On a device optimizer a check downloads U (m n elements) and plans on the
-// host; the iterations run on the device.
+// K NS iterations and allocates nothing.
 
 #include <algorithm>
 #include <cmath>
@@ -63,11 +54,12 @@ double normalized_sv_quantile(const UExpr& u, double p) {
 }
 }  // namespace detail
 
-/// Orthogonalize<Method> whose Newton–Schulz step count K is planned per matrix (the facade's `ns_steps=auto`):
+/// Orthogonalize<Method> whose Newton–Schulz step count K is planned per matrix (facade: `muon` with `ns_steps=auto`):
 /// every `plan_every` steps of a parameter (the first included) it measures the quantile q at `plan_quantile` of the
 /// singular values of U / ||U||_F and takes the fewest K whose failure threshold lies at or below q (plan_ns_steps(),
-/// at most `plan_max_steps`); K holds until the next check. On the host and on the device optimizers
-/// (@ref policy_preconditioner).
+/// diagnostics/ns_analysis.hpp; at most `plan_max_steps`); K holds until the next check. A q below 1e-7 (a zero U,
+/// or one rank-deficient at p: the Gram's eigenvalues do not resolve it) keeps the schedule's own `steps`. On the
+/// host and on the device optimizers (@ref policy_preconditioner).
 template <class Method = NewtonSchulz<>>
 struct AutoSteps {
   /// The wrapped preconditioner, Orthogonalize<Method>.

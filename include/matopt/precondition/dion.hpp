@@ -2,22 +2,6 @@
 #pragma once
 /// @file
 /// DionPowerIteration: Dion's low-rank power-iteration step (arXiv 2504.05295) as a stateful preconditioner.
-// DionPowerIteration: Dion's step (arXiv 2504.05295; microsoft/dion dion_reference.py dion_update, one power
-// iteration, Householder QR; docs/math.md#dion) on one device, as a preconditioner that keeps
-// its own momentum M and right factor Q. Compose it with NoMomentum (U = G) and Static<shape::Spectral>
-// (lr sqrt(m/n), decoupled decay): the Dion preset. With B = M when m >= n and B = M^T otherwise (tall, R x C),
-// and rank r:
-//   M <- M + G;   P = orthonormalize(B Q) (the thin Q of a Householder QR);   R = B^T P
-//   M <- M - (1 - mu) P R^T  (error feedback, in W's orientation);   Q <- R / (||R||_column + eps)
-//   D = P Q^T  (in W's orientation)
-// An all-zero M gives P = 0 and R = Q (dion fix_all_zero_or_nan): D = 0, Q renormalized. The rank is
-// r = min(ceil(rank_fraction min(m, n) / rank_multiple_of) rank_multiple_of, m, n), fixed at make_state. Q starts
-// as a fixed pseudo-random normal matrix (dion: torch.randn; the same for equal shapes here) and is kept in the
-// state with M, so checkpoints resume bitwise. The sign of each column of P (the QR's convention) cancels in
-// P R^T and P Q^T. The QR allocates (Eigen's HouseholderQR): Dion is not on the zero-allocation list.
-// The step is written once, run(), over views and engine operations: the host engine and the device engines
-// (DeviceOptimizer) run the same code; on a device the QR runs on a host copy of P.
-// One device only: dion's sharded (DDP / FSDP) forms are not part of matopt yet.
 
 #include <algorithm>
 #include <cmath>
@@ -44,6 +28,15 @@ namespace matopt {
 /// and rank-r right factor Q: M <- M + G, one power iteration P = orthonormalize(B Q) (Householder QR), R = B^T P,
 /// error feedback M <- M - (1 - mu) P R^T, Q <- R with normalized columns, D = P Q^T. Compose it with NoMomentum and
 /// Static<shape::Spectral>: the Dion preset. The QR allocates (@ref policy_preconditioner).
+///
+/// Reference: microsoft/dion dion_reference.py dion_update (`docs/math.md#dion`). B = M when m >= n and B = M^T
+/// otherwise (tall, R x C); the error feedback and D are in W's orientation; Q <- R / (||R||_column + eps).
+/// NoMomentum gives U = G; Static<shape::Spectral> lr sqrt(m/n) and decoupled decay.
+/// An all-zero M gives P = 0 and R = Q (dion fix_all_zero_or_nan): D = 0, Q renormalized. Q starts
+/// as a fixed pseudo-random normal matrix (dion: torch.randn; the same for equal shapes here) and is kept in the
+/// state with M, so checkpoints resume bitwise. The sign of each column of P (the QR's convention) cancels in
+/// P R^T and P Q^T. Dion is not on the zero-allocation list.
+/// One device only: dion's sharded (DDP / FSDP) forms are not part of matopt yet.
 struct DionPowerIteration {
   /// "DionPowerIteration".
   static constexpr const char* name() { return "DionPowerIteration"; }

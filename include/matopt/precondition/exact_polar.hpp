@@ -2,10 +2,6 @@
 #pragma once
 /// @file
 /// ExactPolar: the exact polar factor by SVD, the reference that Newton–Schulz approximates.
-// Exact polar factor U V^T of the SVD U S V^T (docs/math.md): the reference Newton–Schulz approximates, and
-// an option for small matrices. Singular values at or below max(r, s) * eps(T) * s_max map to 0, as they do
-// under Newton–Schulz (p(0) = 0), so rank-deficient inputs give the partial isometry on their range.
-// The SVD allocates; use it where that is acceptable.
 
 #include <algorithm>
 #include <limits>
@@ -17,9 +13,10 @@
 
 namespace matopt {
 
-/// The exact polar factor U V^T of the SVD U S V^T, an orthogonalization method of Orthogonalize
+/// The exact polar factor U V^T of the SVD U S V^T (`docs/math.md`), an orthogonalization method of Orthogonalize
 /// (Orthogonalize<ExactPolar>: PolarGrad's). Singular values at or below max(r, s) eps(T) s_max map to 0, as under
-/// Newton–Schulz. The SVD allocates: meant for small matrices and as a reference (@ref policy_method).
+/// Newton–Schulz (p(0) = 0), so rank-deficient inputs give the partial isometry on their range. The SVD allocates:
+/// meant for small matrices and as a reference (@ref policy_method).
 struct ExactPolar {
   /// "ExactPolar".
   static constexpr const char* name() { return "ExactPolar"; }

@@ -2,11 +2,7 @@
 #pragma once
 /// @file
 /// Run-time generators of Newton–Schulz schedules: Polar Express (arXiv 2505.16932) and CANS cubics.
-// Run-time generators of Newton–Schulz schedules (docs/math.md#schedule-generators):
-//  - Polar Express `optimal_composition` (Amsel, Persson, Musco, Gower, arXiv 2505.16932): per step the
-//    odd quintic that best approximates 1 on the current interval (Remez exchange on 4 equioscillation
-//    points), composed greedily.
-//  - CANS cubic: the odd cubic that best approximates 1 on [l, u] (Chebyshev alternation, closed form).
+// See docs/math.md#schedule-generators.
 
 #include <algorithm>
 #include <cmath>
@@ -21,7 +17,8 @@ namespace matopt {
 /// 1 on the current interval of singular values, composed greedily.
 namespace polar_express {
 
-/// The odd quintic p(x) = a x + b x^3 + c x^5 minimizing max |1 - p| on [l, u], 0 < l <= u.
+/// The odd quintic p(x) = a x + b x^3 + c x^5 minimizing max |1 - p| on [l, u], 0 < l <= u (Remez exchange on 4
+/// equioscillation points).
 inline NsCoefficients optimal_quintic(double l, double u) {
   if (!(l > 0 && l <= u && std::isfinite(u)))
     detail::fail("matopt::polar_express::optimal_quintic", "need 0 < l <= u (got l = ", l, ", u = ", u, ")");

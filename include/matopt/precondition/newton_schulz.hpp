@@ -14,7 +14,6 @@
 //  - Gram (Dao-AILab): iterate on R = X X^T: M = a I + b R + c R^2, Q <- Q M, R <- M R M; restart
 //    (X <- Q X, R <- X X^T, Q <- I) after the listed steps; output Q X. About 6 r^2 s + 31 r^3 for five
 //    steps with one restart: cheaper when s >> r.
-// NsVariant::Auto uses Gram when s >= gram_aspect * r (default 4), plain otherwise.
 
 #include <algorithm>
 #include <string_view>

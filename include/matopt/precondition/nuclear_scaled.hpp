@@ -2,12 +2,6 @@
 #pragma once
 /// @file
 /// NuclearScaled: PolarGrad's direction, the polar factor scaled by the nuclear norm (arXiv 2505.21799).
-// NuclearScaled<Inner>: PolarGrad's step direction (arXiv 2505.21799; timlautk/polargrad PolarGrad.step,
-// polar_first = false; docs/math.md#polargrad):
-//   D = Inner(U) (a polar factor),  nu = sum(U . D) = tr(D^T U),  D' = nu D
-// With the exact polar factor (Orthogonalize<ExactPolar>, the PolarGrad preset) nu is the nuclear norm
-// ||U||_*, so D' = ||U||_* polar(U); with a Newton-Schulz schedule nu is NVIDIA Emerging-Optimizers'
-// PolarGrad scale sum(O . U). A zero U gives nu = 0 and D' = 0.
 
 #include <string>
 #include <string_view>
@@ -22,6 +16,8 @@ namespace matopt {
 /// PolarGrad's direction (arXiv 2505.21799): D = Inner(U) (a polar factor), nu = tr(D^T U), D' = nu D. With the
 /// exact polar factor (Orthogonalize<ExactPolar>, the PolarGrad preset) nu is the nuclear norm ||U||_*; a zero U
 /// gives D' = 0. Inner's options and workspace; no state (@ref policy_preconditioner).
+/// As timlautk/polargrad PolarGrad.step with polar_first = false (`docs/math.md#polargrad`). With a Newton-Schulz
+/// schedule nu is NVIDIA Emerging-Optimizers' PolarGrad scale sum(O . U).
 template <class Inner>
 struct NuclearScaled {
   /// Inner's options.

@@ -2,12 +2,6 @@
 #pragma once
 /// @file
 /// Orthogonalize: D = the polar factor of U (Muon), by Newton–Schulz or an exact SVD, optionally per row block.
-// Orthogonalize: D = polar factor of U (Muon; docs/math.md), computed by `Method` (NewtonSchulz<Schedule>,
-// GramNewtonSchulz<Schedule> or ExactPolar), which works on r x s with r = min(m, n) <= s, written once as the
-// engine form (core/detail/engine_form.hpp) for the host and the device engines. On the host, U is formed in the
-// workspace in its own storage order (a straight copy) and that memory is read as X = U (wide) or X = U^T (tall),
-// the same memory in the opposite order; D comes back as a view of the workspace in U's order. So no storage order
-// or shape costs a transposing copy, and polar(U^T) = polar(U)^T. A device engine's X is column-major.
 
 #include <algorithm>
 #include <string>
@@ -25,9 +19,10 @@
 
 namespace matopt {
 
-/// D = polar(U), the orthogonalized direction of Muon (KellerJordan/Muon), computed by `Method` on r x s with
-/// r = min(m, n) <= s; a tall U is read transposed, at no copy. With RowBlocks options (heads, split_sizes), each
-/// block of rows is orthogonalized on its own (@ref policy_preconditioner).
+/// D = polar(U), the orthogonalized direction of Muon (KellerJordan/Muon; `docs/math.md`), computed by `Method` on
+/// r x s with r = min(m, n) <= s; a tall U is read transposed, at no copy, since polar(U^T) = polar(U)^T. With
+/// RowBlocks options (heads, split_sizes), each block of rows is orthogonalized on its own
+/// (@ref policy_preconditioner).
 /// @tparam Method NewtonSchulz<Schedule> (default), GramNewtonSchulz or ExactPolar (@ref policy_method).
 template <class Method = NewtonSchulz<>>
 struct Orthogonalize {

@@ -2,8 +2,6 @@
 #pragma once
 /// @file
 /// Newton–Schulz coefficient schedules (NsSchedule) and the published ones (namespace schedules).
-// Newton–Schulz coefficient schedules (docs/math.md#coefficient-schedules) and their scalar response.
-// Each step maps every singular value s of the normalized X through p_k(s) = a_k s + b_k s^3 + c_k s^5.
 
 #include <algorithm>
 #include <cmath>

@@ -2,23 +2,10 @@
 #pragma once
 /// @file
 /// SecondMoment: a per-parameter second moment of the preconditioned direction (NorMuon, AdaMuon, NAMO).
-// SecondMoment<Inner, Moment>: a second moment of the preconditioned direction, kept per parameter
-// (docs/math.md#second-moments-and-scalar-factors). D = Inner(U) (Inner(sign U) for AdaMuon), then D' = Moment(D):
-//   moments::NorMuon (arXiv 2510.05491; zichongli5/NorMuon normuon_update), per row i (output neuron):
-//       S_i <- lerp(S_i, mean_j D_ij^2, 1 - beta2);  D' = D_i / (sqrt(S_i) + eps);  D' <- D' ||D||_F / (||D'||_F + eps)
-//       axis = longer: per row when m >= n, per column otherwise (modded-nanogpt, NVIDIA Emerging-Optimizers).
-//   moments::AdaMuon (arXiv 2507.11005; Chongjie-Si/AdaMuon), elementwise, after NS of sign(U):
-//       S <- beta2 S + (1 - beta2) D.D;  D' = D / (sqrt(S) + eps);  D' <- D' rms sqrt(mn) / (||D'||_F + eps)
-//   moments::Namo (arXiv 2602.17080; Emerging-Optimizers moment2_method="namo"), one scalar:
-//       S <- lerp(S, ||G||_F^2, 1 - beta2);  D' = D ||U||_F / (sqrt(S) + eps)
-// No bias correction, as in the reference codes. The Scaling policy then applies lr, s(m, n) and the decay.
-// Per-head (heads, split_sizes, split_groups of an Orthogonalize Inner: row_blocks.hpp): each block of rows is
-// a parameter of its own, with its own S, its own Frobenius rescale (NorMuon: dion's NorMuon with num_heads)
-// and its own ||G||_F (NAMO); S holds the blocks' states one after another.
 // Each moment is written once with engine operations (detail::PolicyEngine over the host engine or a device
 // engine), so a moment of one's own steps on every engine.
 // Every eps is added to a norm, never a divisor on its own: a zero gradient or a zero direction gives D' = 0,
-// not 0/0 (dion#24). The state (S) is the parameter's and goes into checkpoints.
+// not 0/0 (dion#24).
 
 #include <algorithm>
 #include <cmath>
@@ -114,6 +101,7 @@ struct MomentOptions {
 
 /// NorMuon (arXiv 2510.05491; zichongli5/NorMuon): per row i of D (output neuron), S_i <- lerp(S_i, mean_j D_ij^2,
 /// 1 - beta2), D'_i = D_i / (sqrt(S_i) + eps), then D' rescaled to ||D||_F. Under Axis::Longer, per column of a wide D.
+/// The rescale (as the reference's normuon_update): D' <- D' ||D||_F / (||D'||_F + eps).
 struct NorMuon {
   /// "NorMuon".
   static constexpr const char* name() { return "NorMuon"; }
@@ -179,6 +167,7 @@ struct NorMuon {
 
 /// AdaMuon (arXiv 2507.11005; Chongjie-Si/AdaMuon), element-wise after Newton–Schulz of sign(U):
 /// S <- beta2 S + (1 - beta2) D.D, D' = D / (sqrt(S) + eps), rescaled to RMS `rms`.
+/// The rescale: D' <- D' rms sqrt(mn) / (||D'||_F + eps).
 struct AdaMuon {
   /// "AdaMuon".
   static constexpr const char* name() { return "AdaMuon"; }
@@ -258,7 +247,10 @@ struct Namo {
 
 /// SecondMoment<Inner, Moment>: D = Inner(U) (Inner(sign U) for AdaMuon), then D' = Moment(D) with the moment's
 /// state S kept per parameter (checkpointed); no bias correction, as in the reference codes. With an Orthogonalize
-/// Inner and row blocks (heads, split_sizes), each block has its own S (per-head NorMuon) (@ref policy_preconditioner).
+/// Inner and row blocks (heads, split_sizes, split_groups: row_blocks.hpp), each block of rows is a parameter of its
+/// own: its own S, its own Frobenius rescale (per-head NorMuon: dion's NorMuon with num_heads) and its own ||G||_F
+/// (NAMO) (@ref policy_preconditioner). The Scaling policy then applies lr, s(m, n) and the decay
+/// (`docs/math.md#second-moments-and-scalar-factors`).
 /// @tparam Inner a stateless preconditioner, e.g. Orthogonalize<>.
 /// @tparam Moment moments::NorMuon, moments::AdaMuon or moments::Namo.
 template <class Inner, class Moment>

@@ -2,8 +2,7 @@
 #pragma once
 /// @file
 /// Shape rules s(m, n) of the static scaling W <- W - lr s D (m = rows = fan-out, n = cols = fan-in).
-// Shape rules s(m, n) of the static scaling W <- W - lr * s * D (docs/math.md#shape-rules). m = rows = fan-out,
-// n = cols = fan-in; a conv weight uses its 2-D view (out, in*kh*kw).
+// See docs/math.md#shape-rules. A conv weight uses its 2-D view (out, in*kh*kw).
 
 #include <algorithm>
 #include <cmath>

@@ -3,15 +3,8 @@
 /// @file
 /// SpectralCap: a step modifier that removes the update's first-order growth of W's top singular value.
 // The spectral cap (docs/math.md#spectral-cap; from a report's abstract: "projects out only the first-order
-// growth of the single top singular direction from each update"), as a step modifier wrapping any scaling policy:
-//
-//   (u1, sigma1, v1)  W's top singular triplet, by power iteration warm-started from last step's v1
-//   c = u1^T D v1     for W <- W - eta D the first-order change of sigma1 is -eta c
-//   if c < 0 and sigma1 >= threshold:   D <- D - c u1 v1^T,   then the wrapped scaling's update
-//
-// Every other direction, the rotation of the top direction and a switch of the top direction stay free.
-// Cost per step: 2 power_iterations GEMVs with W (4 mn flops each) and one pass over D for c. The paper
-// was not found; this follows the abstract (docs/math.md#spectral-cap).
+// growth of the single top singular direction from each update").
+// The paper was not found; this follows the abstract.
 //
 //   using CappedMuon = matopt::Optimizer<float, matopt::Orthogonalize<>, matopt::Momentum<matopt::Ema,
 //                                        matopt::Nesterov>, matopt::SpectralCap<matopt::Static<>>>;
@@ -32,8 +25,9 @@ namespace matopt {
 
 /// The spectral cap, a step modifier wrapping any scaling policy: it tracks W's top singular triplet (u1, sigma1, v1)
 /// by power iteration warm-started from the last step's v1, and when c = u1^T D v1 < 0 (the step would grow sigma1)
-/// and sigma1 >= threshold, removes c u1 v1^T from D before the wrapped scaling's update. Every other direction stays
-/// free. Cost per step: 2 power_iterations products with W and one pass over D (@ref policy_scaling).
+/// and sigma1 >= threshold, removes c u1 v1^T from D before the wrapped scaling's update. Every other direction, the
+/// rotation of the top direction and a switch of the top direction stay free. Cost per step: 2 power_iterations
+/// GEMVs with W (4 mn flops each) and one pass over D for c (@ref policy_scaling).
 /// @tparam Inner the wrapped scaling policy (Static<> by default).
 template <class Inner = Static<>>
 struct SpectralCap {

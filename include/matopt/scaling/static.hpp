@@ -2,10 +2,6 @@
 #pragma once
 /// @file
 /// Static scaling: W <- W (1 - lr lambda) - lr s(m, n) D, with a shape rule s and decoupled weight decay.
-// Static scaling with decoupled weight decay (docs/math.md#shape-rules, #weight-decay):
-//   W <- W (1 - lr * lambda) - lr * s(m, n) * D
-// lambda is applied with the unscaled lr (Moonlight convention). The run-time lr rule and the cautious and
-// lr-independent decay forms are step_rules.hpp's.
 
 #include <cmath>
 #include <string_view>
@@ -18,8 +14,9 @@
 namespace matopt {
 
 /// Static scaling with decoupled weight decay: W <- W (1 - lr lambda) - lr s(m, n) D, lambda applied with the
-/// unscaled lr (Moonlight's convention). StepRules choose the lr rule and the decay form at run time
-/// (@ref policy_scaling).
+/// unscaled lr (Moonlight's convention). StepRules (step_rules.hpp) choose the lr rule and the decay form (also
+/// cautious or lr-independent) at run time (`docs/math.md#shape-rules`, `docs/math.md#weight-decay`;
+/// @ref policy_scaling).
 /// @tparam Rule the shape rule s(m, n) under lr_rule = preset (shape::MuonOriginal by default).
 template <class Rule = shape::MuonOriginal>
 struct Static {

@@ -2,26 +2,6 @@
 #pragma once
 /// @file
 /// The run-time lr rule s(m, n) and weight-decay form that every scaling policy of a matrix preset accepts.
-// Run-time choices every scaling policy of a matrix preset accepts (docs/math.md#lr-rules, #weight-decay):
-// the lr rule s(m, n) and the form of the weight decay.
-//
-// lr rules (option `lr_rule`, times `extra_scale_factor`); m = rows = fan-out, n = cols = fan-in:
-//   preset         the preset's own rule (Static<Rule>'s Rule, TrustRatio's Shape)
-//   unit           1
-//   muon_original  max(1, m/n)^(1/2)  KellerJordan/Muon, NorMuon, modded-nanogpt; NVIDIA "shape_scaling"
-//   sqrt_max       sqrt(max(m, n))    NVIDIA Emerging-Optimizers/Megatron "spectral" (the default there);
-//                                     with extra_scale_factor 0.2: Moonlight, dion "rms_norm"
-//   sqrt_ratio     sqrt(m/n)          dion "spectral_norm" (its default), NVIDIA "unit_rms_norm", Scion
-// The peers' names are not accepted as values: "spectral" means sqrt(max(m, n)) in NVIDIA's code and
-// sqrt(m/n) in dion's (docs/math.md#lr-rules).
-//
-// Weight decay (option `weight_decay_method`; `cautious_weight_decay = true` is the same as `cautious`):
-//   decoupled    W <- W (1 - lr lambda) - lr s D                         (AdamW's form; the default)
-//   cautious     W <- W - lr lambda (mask . W) - lr s D, mask = [D . W >= 0] elementwise
-//                (arXiv 2510.12402 Alg. 1; dion cautious_wd: decay only where the update already moves
-//                the weight toward 0; the base lr, not lr s)
-//   independent  W <- W (1 - lambda) - lr s D                            (decay independent of lr;
-//                NVIDIA weight_decay_method="independent")
 
 #include <algorithm>
 #include <cmath>
@@ -36,12 +16,24 @@
 
 namespace matopt {
 
-/// The lr rule s(m, n) (option lr_rule; m = fan-out, n = fan-in): `Preset` (the preset's own rule), `Unit` (1),
-/// `MuonOriginal` (max(1, m/n)^(1/2)), `SqrtMax` (sqrt(max(m, n)); NVIDIA's "spectral"; Moonlight with
-/// extra_scale_factor 0.2), `SqrtRatio` (sqrt(m/n); dion's "spectral_norm", Scion).
+/// The lr rule s(m, n) (option lr_rule, times extra_scale_factor; m = rows = fan-out, n = cols = fan-in;
+/// `docs/math.md#lr-rules`):
+/// - `Preset`: the preset's own rule (Static's Rule, TrustRatio's Shape);
+/// - `Unit`: 1;
+/// - `MuonOriginal`: max(1, m/n)^(1/2): KellerJordan/Muon, NorMuon, modded-nanogpt; NVIDIA "shape_scaling";
+/// - `SqrtMax`: sqrt(max(m, n)): NVIDIA Emerging-Optimizers/Megatron "spectral" (the default there);
+///   with extra_scale_factor 0.2: Moonlight, dion "rms_norm";
+/// - `SqrtRatio`: sqrt(m/n): dion "spectral_norm" (its default), NVIDIA "unit_rms_norm", Scion.
+///
+/// The peers' names are not accepted as values: "spectral" means sqrt(max(m, n)) in NVIDIA's code and
+/// sqrt(m/n) in dion's.
 enum class LrRule { Preset, Unit, MuonOriginal, SqrtMax, SqrtRatio };
-/// The weight-decay form (option weight_decay_method): `Decoupled` W <- W (1 - lr lambda) - lr s D (AdamW's, the
-/// default); `Cautious` decays only where D . W >= 0 (arXiv 2510.12402); `Independent` W <- W (1 - lambda) - lr s D.
+/// The weight-decay form (option weight_decay_method; `cautious_weight_decay = true` is the same as `cautious`;
+/// `docs/math.md#weight-decay`):
+/// - `Decoupled`: W <- W (1 - lr lambda) - lr s D (AdamW's form; the default);
+/// - `Cautious`: W <- W - lr lambda (mask . W) - lr s D, mask = [D . W >= 0] elementwise (arXiv 2510.12402 Alg. 1;
+///   dion cautious_wd: decay only where the update already moves the weight toward 0; the base lr, not lr s);
+/// - `Independent`: W <- W (1 - lambda) - lr s D (decay independent of lr; NVIDIA weight_decay_method="independent").
 enum class WeightDecay { Decoupled, Cautious, Independent };
 
 /// The option values of the lr rules.

@@ -2,17 +2,6 @@
 #pragma once
 /// @file
 /// TrustRatio scaling: W <- W - lr r (lambda W + s Q), with the trust ratio r of OrScale or LARS.
-// Trust-ratio scaling (docs/math.md#trust-ratio-orscale-lars). Weight decay is coupled here, not decoupled:
-//   D' = lambda W + s(m, n) Q      (Q = preconditioned direction; s = 1 for OrScale, MoonlightRms for -LM)
-//   W <- W - lr * r * D'
-// The lr rule of step_rules.hpp applies to s; its cautious and lr-independent decay forms are refused: they
-// are forms of a decoupled decay, and here the decay is part of D', which the ratio measures.
-// with the ratio r of `Ratio`:
-//   trust::OrScale (arXiv 2605.07815, NUS-HPC-AI-Lab/OrScale): r = clip(||W||_F / (c ||D'||_F + eps), lo, hi)
-//     c = 1, or calibrated once at the first step to ||W0||_F / ||D'0||_F so that r0 = 1 (OrScale-LM);
-//     if either norm is below eps there, c falls back to 0.2 sqrt(max(m, n)).
-//   trust::Lars (arXiv 1708.03888): r = eta_t ||W|| / (||G|| + lambda ||W||), eta_t = 0.001; r = 1 when
-//     ||W|| or ||G|| is zero (as LARS implementations do, so that zero-initialized weights still move).
 
 #include <algorithm>
 #include <cmath>
@@ -30,6 +19,8 @@ namespace trust {
 
 /// OrScale's ratio (arXiv 2605.07815; NUS-HPC-AI-Lab/OrScale): r = clip(||W||_F / (c ||D'||_F + eps), clip_min,
 /// clip_max), with c = 1, or calibrated at the first step so that r0 = 1 (OrScale-LM).
+/// The calibration sets c = ||W0||_F / ||D'0||_F once; if either norm is below eps there, c falls back to
+/// 0.2 sqrt(max(m, n)).
 struct OrScale {
   /// "OrScale".
   static constexpr const char* name() { return "OrScale"; }
@@ -56,7 +47,8 @@ struct OrScale {
   }
 };
 
-/// LARS's ratio (arXiv 1708.03888): r = eta ||W|| / (||G|| + lambda ||W||), and r = 1 when ||W|| or ||G|| is 0.
+/// LARS's ratio (arXiv 1708.03888): r = eta ||W|| / (||G|| + lambda ||W||), and r = 1 when ||W|| or ||G|| is 0
+/// (as LARS implementations do, so that zero-initialized weights still move).
 struct Lars {
   /// "LARS".
   static constexpr const char* name() { return "LARS"; }

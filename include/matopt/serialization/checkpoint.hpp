@@ -2,8 +2,7 @@
 #pragma once
 /// @file
 /// Checkpoints of optimizer state: versioned, checksummed, all-or-nothing save_checkpoint() and load_checkpoint().
-// Checkpoints of optimizer state (docs/checkpoints.md: versioned, checksummed, rejected when truncated or
-// corrupted with the live state untouched). Any optimizer with per-parameter states (every preset and
+// Checkpoints of optimizer state (docs/checkpoints.md). Any optimizer with per-parameter states (every preset and
 // composition, AdamW), and the hybrid container (optionally with the parameters' values):
 //
 //   std::vector<matopt::Muon<float>::State> states = ...;      // made by make_state for the current model
