@@ -57,11 +57,14 @@ struct Lion {
     d("beta2", o.beta2, checks::UnitInterval{}, "Lion's momentum decay");
   }
 
-  /// A step's scalars: lr, keep = 1 - lr lambda, the betas, decay: lambda != 0.
+  /// A step's scalars.
   template <class T>
   struct Coefficients {
-    T lr, keep, beta1, beta2;
-    bool decay;
+    T lr;        ///< the learning rate
+    T keep;      ///< 1 - lr lambda
+    T beta1;     ///< the interpolation of the direction
+    T beta2;     ///< the momentum decay
+    bool decay;  ///< lambda != 0
   };
   /// The scalars of a step (t unused: Lion has no bias correction).
   template <class T>
