@@ -28,24 +28,12 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/errors.hpp"
+#include "matopt/core/detail/norms.hpp"
 #include "matopt/core/options.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
 
 namespace matopt {
-
-namespace detail {
-/// sign(x) with sign(0) = 0, for a rule's element update written once (rules::Lion::element): a scalar (a device's
-/// pass, one element) or an Eigen array expression (the host).
-template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
-MATOPT_HOST_DEVICE T sign_of(T x) {
-  return T((x > T(0)) - (x < T(0)));
-}
-template <class D>
-auto sign_of(const Eigen::ArrayBase<D>& x) {
-  return x.sign();
-}
-}  // namespace detail
 
 /// An element-wise optimizer: the update rule `Rule` (AdamW, Lion) with the skeleton every element-wise optimizer
 /// shares (options, state, checks, the non-finite policy, checkpoints). The same interface as Optimizer

@@ -10,6 +10,7 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/engine_form.hpp"
+#include "matopt/core/detail/norms.hpp"
 #include "matopt/distributed/plan.hpp"
 
 namespace matopt {
@@ -68,7 +69,7 @@ struct Sign : detail::StatelessPreconditioner {
   /// D = sign(U), sign(0) = 0.
   template <class U>
   static auto direction(const U& u) {
-    return u.cwiseSign();
+    return detail::sign_of(u);
   }
   /// Calls sink(D).
   template <class T, class UExpr, class Sink>

@@ -466,7 +466,7 @@ struct HostEngine {
   /// X <- sign(X) (sign(0) = 0), in place.
   template <class T>
   static void sign(const Strided<T>& x) {
-    elementwise([](auto&& m) { m = m.cwiseSign(); }, x);
+    elementwise([](auto&& m) { m = sign_of(m); }, x);
   }
   /// X <- s X, in place.
   template <class T>
