@@ -168,6 +168,12 @@ TEST_CASE("MPI: RMNP owner-sharded and row-sharded equal single-process bitwise"
   check_trajectory_and_traffic<RMNP<float>>({ShardMode::RowSharded, GradSync::AllReduce});
 }
 
+TEST_CASE("MPI: ColNorm column-sharded (slices of whole columns, the whole matrix's scale) equals single-process "
+          "bitwise") {
+  check_trajectory_and_traffic<ColNorm<float>>({ShardMode::RowSharded, GradSync::ReduceScatter});
+  check_trajectory_and_traffic<ColNorm<float>>({ShardMode::RowSharded, GradSync::AllReduce});
+}
+
 TEST_CASE("MPI: OrScale owner-sharded (trust ratio computed by the owner) equals single-process bitwise") {
   check_trajectory_and_traffic<OrScale<float>>({ShardMode::Owner, GradSync::ReduceScatter});
 }

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <iterator>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -98,38 +96,6 @@ TEST_CASE_TEMPLATE("momentum conventions and Nesterov match the hand-written rec
       CHECK(rel_error(w, w0.template cast<double>() - lr * (u1 + u2)) <= tol<T>());
     }
   }
-}
-
-TEST_CASE_TEMPLATE("sign(x) of an Eigen expression, in SIMD packets, is (x > 0) - (x < 0) entry by entry", T, float,
-                   double) {
-  using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
-  using Lim = std::numeric_limits<T>;
-  const T special[] = {T(0), -T(0), Lim::quiet_NaN(), Lim::infinity(), -Lim::infinity(), Lim::denorm_min(),
-                       -Lim::denorm_min(), Lim::min(), Lim::max(), T(-1)};
-  const auto want = [](T x) { return T((x > T(0)) - (x < T(0))); };
-  const auto same = [](T a, T b) { return a == b && std::signbit(a) == std::signbit(b); };
-  // Lengths around the packet widths (2 to 16 entries) with tails; every special value at several offsets.
-  for (const Index n : {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 100}) {
-    CAPTURE(n);
-    Array x = Array::Random(n), y = Array::Random(n);
-    for (Index i = 0; i < n; i += 3) x[i] = special[std::size_t(i / 3) % std::size(special)];
-    const Array got = matopt::detail::sign_of(x), sum = matopt::detail::sign_of(T(2) * x + y);
-    for (Index i = 0; i < n; ++i) {
-      CAPTURE(i);
-      CHECK(same(got[i], want(x[i])));
-      CHECK(same(sum[i], want(T(2) * x[i] + y[i])));
-    }
-  }
-  // A matrix expression in either storage order, as Sign's direction(U) takes it.
-  const RowMat<T> a = matopt::test::randn<RowMat<T>>(5, 7, 3);
-  const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> b = a;
-  const RowMat<T> sa = matopt::Sign::direction(T(0.5) * a);
-  const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> sb = matopt::Sign::direction(b);
-  for (Index i = 0; i < 5; ++i)
-    for (Index j = 0; j < 7; ++j) {
-      CHECK(same(sa(i, j), want(a(i, j))));
-      CHECK(same(sb(i, j), want(b(i, j))));
-    }
 }
 
 TEST_CASE_TEMPLATE("SGD and signum with momentum, decoupled, cautious and independent weight decay match the "

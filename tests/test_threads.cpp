@@ -4,10 +4,13 @@
 // than this machine's 2 cores, so rows split unevenly). Built with -O2 -march=native into matopt_native_tests (the
 // configured GEMM engine, BLAS by default) and matopt_native_eigen_tests (Eigen's own products; there
 // MATOPT_TEST_PRODUCTS_ONLY leaves out RMNP and ColNorm, whose row passes do not use the engine, and the
-// HybridOptimizer case, whose batched calls are the batched step's) (tests/CMakeLists.txt).
+// HybridOptimizer case, whose batched calls are the batched step's) (tests/CMakeLists.txt). And sign(x) in this CPU's
+// SIMD packets (SSE, AVX or AVX-512 by -march=native) against Eigen's scalar sign.
 // Under the BLAS engine the threads varied are matopt's (row splits of the fused kernels, the batched step, row
 // blocks stepped in parallel);
 // OpenBLAS's own threads inside its products are not matopt's to choose and are left as configured.
+#include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
@@ -206,3 +209,36 @@ TEST_CASE_TEMPLATE("HybridOptimizer's one batched call per route equals stepping
   }
 }
 #endif
+
+TEST_CASE_TEMPLATE("sign(x) of an Eigen expression in this CPU's SIMD packets equals Eigen's scalar sign bit for bit",
+                   T, float, double) {
+  using Array = Eigen::Array<T, Eigen::Dynamic, 1>;
+  using Lim = std::numeric_limits<T>;
+  const T special[] = {T(0), -T(0), Lim::quiet_NaN(), -Lim::quiet_NaN(), Lim::infinity(), -Lim::infinity(),
+                       Lim::denorm_min(), -Lim::denorm_min(), Lim::min(), Lim::max(), T(-1)};
+  // Eigen's own sign() is scalar code (no packet form in Eigen 3.4): the independent reference, NaN kept.
+  const auto same = [](const Array& a, const Array& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(T) * std::size_t(a.size())) == 0;
+  };
+  // Lengths around every packet width (2 to 16 entries) with tails; each special value at several offsets.
+  for (const Index n : {1, 2, 3, 7, 8, 15, 16, 17, 31, 33, 100}) {
+    CAPTURE(n);
+    Array x = Array::Random(n), y = Array::Random(n);
+    for (Index i = 0; i < n; i += 3) x[i] = special[std::size_t(i / 3) % std::size(special)];
+    const Array got = matopt::detail::sign_of(x), want = x.sign();
+    CHECK(same(got, want));
+    const Array got_sum = matopt::detail::sign_of(T(2) * x + y), want_sum = (T(2) * x + y).sign();
+    CHECK(same(got_sum, want_sum));
+    for (Index i = 0; i < n; ++i) {  // and the scalar form, which device code uses
+      const T s = matopt::detail::sign_of(x[i]);
+      CHECK(std::memcmp(&s, &want[i], sizeof(T)) == 0);
+    }
+  }
+  // A matrix expression in either storage order, as Sign's direction(U) takes it.
+  const RowMat<T> a = matopt::test::randn<RowMat<T>>(5, 7, 3);
+  const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> b = a;
+  const RowMat<T> sa = matopt::Sign::direction(T(0.5) * a), ra = (T(0.5) * a).cwiseSign();
+  const Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic> sb = matopt::Sign::direction(b), rb = b.cwiseSign();
+  CHECK(std::memcmp(sa.data(), ra.data(), sizeof(T) * 35) == 0);
+  CHECK(std::memcmp(sb.data(), rb.data(), sizeof(T) * 35) == 0);
+}

@@ -298,6 +298,11 @@ TEST_CASE_TEMPLATE("thrust backend: a user's element-wise rule steps on host and
       const double lr = double(o.lr), beta = double(o.beta), eps = double(o.eps), lambda = double(o.weight_decay);
       Host host(o);
       auto hs = host.make_state(w);
+      // The same rule on the host on a column-major block of a larger matrix (lines further apart than their length).
+      using ColMat = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic>;
+      ColMat big = matopt::test::randn<ColMat>(m + 2, n + 3, 22);
+      big.block(1, 2, m, n) = w;
+      auto hbs = host.make_state(big.block(1, 2, m, n));
       matopt::DeviceElementwise<T, MomentumAdagrad> dev(o);
       auto dw = matopt::test::detail::device_copy<T>(w.template cast<double>(), layout);
       auto ds = dev.make_state(dw);
@@ -311,9 +316,11 @@ TEST_CASE_TEMPLATE("thrust backend: a user's element-wise rule steps on host and
         sq = sq + gd * gd;
         wd = wd * (1 - lr * lambda) - lr * mom / (sq.sqrt() + eps);
         host.step(w, g, hs);
+        host.step(big.block(1, 2, m, n), g, hbs);
         dev.step(dw, matopt::test::detail::device_copy<T>(g.template cast<double>(), layout), ds);
         const Eigen::MatrixXd want = wd.matrix();
         CHECK(matopt::test::rel_error(w, want) <= tol);
+        CHECK(matopt::test::rel_error(big.block(1, 2, m, n), want) <= tol);
         CHECK(matopt::test::rel_error(matopt::to_host(dw), want) <= tol);
         CHECK(matopt::test::rel_error(moments(ds.s, m, n, layout), Eigen::MatrixXd(sq.matrix())) <= tol);
         CHECK(matopt::test::rel_error(moments(hs.m, m, n), Eigen::MatrixXd(mom.matrix())) <= tol);

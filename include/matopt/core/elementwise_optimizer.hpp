@@ -7,8 +7,8 @@
 // the gradient gate. The rule (adamw.hpp, lion.hpp: ensmallen's update policies) declares
 //   name                               "matopt::AdamW": messages and checkpoints
 //   Options<T>                         an aggregate: lr, weight_decay, non_finite and the rule's own fields
-//   Buffers<Vec>                       its per-element buffers of vector type Vec (Eigen on the host, a device
-//                                      vector on a device): each(f) visits f(name, buffer)
+//   Buffers<Vec>                       its per-element buffers of type Vec (an Eigen vector on the host; a device
+//                                      vector, and T* in a device's pass): each(f) visits f(name, buffer)
 //   check_loaded(buffers, fail)        what loaded (host) buffers must satisfy (AdamW: v >= 0)
 //   describe(o, d)                     the rule's own options (core/options.hpp; lr, weight_decay and non_finite
 //                                      are declared here)

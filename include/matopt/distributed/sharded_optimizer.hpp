@@ -60,6 +60,7 @@
 #include "matopt/core/view.hpp"
 #include "matopt/distributed/communicator.hpp"
 #include "matopt/distributed/plan.hpp"
+#include "matopt/precondition/col_normalize.hpp"
 #include "matopt/precondition/detail/engine_workspace.hpp"
 #include "matopt/precondition/row_normalize.hpp"
 #include "matopt/serialization/checkpoint.hpp"

@@ -85,12 +85,9 @@ struct CleanOp {  // out = finite(g) ? g : 0
   }
 };
 template <class T>
-struct SignOp {  // x = sign(x), sign(0) = 0
+struct SignOp {  // x = sign(x), sign(0) = 0 (norm_rule.hpp's sign_of, as on the host)
   Mat<T> x;
-  MATOPT_HOST_DEVICE void operator()(Index i, Index j, Index b) const {
-    const T v = x(i, j, b);
-    x(i, j, b) = T((v > T(0)) - (v < T(0)));
-  }
+  MATOPT_HOST_DEVICE void operator()(Index i, Index j, Index b) const { x(i, j, b) = sign_of(x(i, j, b)); }
 };
 template <class T>
 struct CautiousUpdateOp {  // w = (w d >= 0 ? keep w : w) - step d (cautious weight decay, scaling/static.hpp)

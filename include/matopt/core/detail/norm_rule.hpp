@@ -11,6 +11,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <type_traits>
 
 #include "matopt/config.hpp"
 
@@ -34,6 +35,13 @@ struct DeviceLimits<double> {
 template <class T>
 MATOPT_HOST_DEVICE bool finite_value(T x) {
   return x - x == T(0);
+}
+
+/// sign(x) = (x > 0) - (x < 0), NaN for NaN (as Eigen's scalar sign and torch.sign): sign(0) = 0. Host and device
+/// code: a rule's element update (rules::Lion), the device engines' sign, and norms.hpp's over Eigen expressions.
+template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
+MATOPT_HOST_DEVICE T sign_of(T x) {
+  return x != x ? x : T((x > T(0)) - (x < T(0)));
 }
 
 /// Whether sqrt(sumsq) is the accurate norm (sumsq is normal and finite).

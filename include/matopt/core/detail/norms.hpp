@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 #pragma once
 /// @file
-/// Internal: Euclidean norms without overflow or underflow, and sign(x), over Eigen expressions (namespace detail only).
+/// Internal: Euclidean norms without overflow or underflow, and sign(x), on Eigen expressions (namespace detail).
 // Euclidean norms that neither overflow nor underflow (docs/reliability.md): norm_rule.hpp's rule over Eigen
 // expressions. sign(x) entry by entry in SIMD packets: Eigen 3.4's own sign() (cwiseSign) is scalar code.
 
@@ -30,14 +30,8 @@ typename Derived::Scalar robust_norm(const Eigen::DenseBase<Derived>& x) {
   return rescaled_norm(x, x.derived().array().abs2().sum());
 }
 
-/// sign(x) = (x > 0) - (x < 0): sign(0) = 0, sign(NaN) = 0. The scalar's, for host and device code (a rule's element
-/// update, rules::Lion), and Sign's and Lion's on Eigen expressions below.
-template <class T, class = std::enable_if_t<std::is_arithmetic_v<T>>>
-MATOPT_HOST_DEVICE T sign_of(T x) {
-  return T((x > T(0)) - (x < T(0)));
-}
-/// sign_of(x) as an Eigen functor with a packet form: both compares against 0 masked to 1, subtracted (the same
-/// values as the scalar form, bit for bit; Lion's and signum's steps vectorize).
+/// sign_of(x) as an Eigen functor with a packet form: both compares against 0 masked to 1 and subtracted, NaN lanes
+/// kept (the same bits as the scalar form and as Eigen's scalar sign; Lion's and signum's steps vectorize).
 template <class T>
 struct SignOf {
   T operator()(const T& x) const { return sign_of(x); }
@@ -45,7 +39,8 @@ struct SignOf {
   Packet packetOp(const Packet& x) const {
     namespace in = Eigen::internal;
     const Packet zero = in::pzero(x), one = in::pset1<Packet>(T(1));
-    return in::psub(in::pand(in::pcmp_lt(zero, x), one), in::pand(in::pcmp_lt(x, zero), one));
+    const Packet s = in::psub(in::pand(in::pcmp_lt(zero, x), one), in::pand(in::pcmp_lt(x, zero), one));
+    return in::por(s, in::pandnot(x, in::pcmp_eq(x, x)));  // x where x != x (NaN), else s
   }
 };
 /// sign_of of each entry of an Eigen expression (array or matrix), lazily.
@@ -57,9 +52,13 @@ auto sign_of(const Eigen::DenseBase<X>& x) {
 }  // namespace matopt::detail
 
 namespace Eigen::internal {
-/// SignOf runs in packets wherever Eigen vectorizes T (pcmp_lt and pand exist for each of its SIMD packets).
+/// SignOf runs in packets for float and double wherever Eigen vectorizes them (pcmp_lt, pcmp_eq, pand, pandnot and
+/// por exist for their SSE, AVX, AVX-512 and NEON packets); other scalar types, one entry at a time.
 template <class T>
 struct functor_traits<matopt::detail::SignOf<T>> {
-  enum { Cost = 3 * NumTraits<T>::AddCost, PacketAccess = packet_traits<T>::Vectorizable };
+  enum {
+    Cost = 4 * NumTraits<T>::AddCost,
+    PacketAccess = std::is_floating_point_v<T> && bool(packet_traits<T>::Vectorizable)
+  };
 };
 }  // namespace Eigen::internal
