@@ -10,6 +10,7 @@
 
 #include <Eigen/Core>
 
+#include "matopt/core/detail/norms.hpp"
 #include "matopt/core/elementwise_optimizer.hpp"
 
 namespace matopt {

@@ -28,7 +28,6 @@
 
 #include "matopt/config.hpp"
 #include "matopt/core/detail/errors.hpp"
-#include "matopt/core/detail/norms.hpp"
 #include "matopt/core/options.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
