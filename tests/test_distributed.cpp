@@ -218,6 +218,51 @@ TEST_CASE("MPI: a non-finite gradient on one rank makes every rank throw, nothin
   }
 }
 
+TEST_CASE("MPI: a check that only a parameter's owner could make refuses the step on every rank, nothing written") {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  Model<float> m;
+  const Model<float> before = m;
+  const auto g = test::local_grads(m, 0, comm.rank(), comm.size());
+  // Options that do not fit a shape: every rank checks every parameter before any communication.
+  RMNP<float>::Options decay;
+  decay.lr = 1e20f;
+  decay.weight_decay = 1e20f;  // 1 - lr weight_decay overflows float
+  ShardedOptimizer<RMNP<float>> rows(comm, m.views(), decay, {ShardMode::RowSharded});
+  CHECK_THROWS_WITH_AS(rows.step(test::grad_views(m, g)), doctest::Contains("weight-decay factor"),
+                       std::invalid_argument);
+  for (const auto& st : rows.states()) CHECK((st.steps == 0 && st.momentum.isZero()));
+  Muon<float>::Options heads;
+  heads.precondition.heads = 3;  // divides 48, 33, 96 and 3, not 64
+  ShardedOptimizer<Muon<float>> owner(comm, m.views(), heads);
+  CHECK_THROWS_WITH_AS(owner.step(test::grad_views(m, g)),
+                       doctest::Contains("heads = 3 does not divide the rows of W (64x48)"), std::invalid_argument);
+  CHECK(test::same_bits(m, before));
+  // A state only its owner holds: Dion's rank is fixed at make_state. Rank fraction 0.9 changes it for the 10 x 10
+  // parameter only (1 x 8: rank 1 either way), so one rank refuses, and every rank throws with it.
+  std::vector<std::vector<float>> data{std::vector<float>(100, 0.5f)};
+  for (int i = 0; i < 3; ++i) data.emplace_back(8, 0.25f);
+  const auto data_before = data;
+  std::vector<MatrixView<float>> params{{data[0].data(), 10, 10, Layout::RowMajor}};
+  for (int i = 1; i < 4; ++i) params.push_back({data[std::size_t(i)].data(), 1, 8, Layout::RowMajor});
+  std::vector<std::vector<float>> grads;
+  std::vector<MatrixView<const float>> gv;
+  for (const auto& d : data) grads.emplace_back(d.size(), 0.125f);
+  for (std::size_t i = 0; i < data.size(); ++i)
+    gv.push_back({grads[i].data(), params[i].rows, params[i].cols, Layout::RowMajor});
+  ShardedOptimizer<Dion<float>> dion(comm, params);
+  dion.options().precondition.rank_fraction = 0.9;
+  const bool owns_it = dion.plan().owner[0] == comm.rank();
+  CHECK_THROWS_WITH_AS(dion.step(gv), doctest::Contains("parameter 0 (10x10, held by rank"), std::invalid_argument);
+  CHECK_THROWS_WITH_AS(dion.step(gv),
+                       doctest::Contains(owns_it ? "state was made with Dion rank 10" : "does not fit the options"),
+                       std::invalid_argument);
+  CHECK(data == data_before);
+  for (const auto& st : dion.states()) CHECK(st.steps == 0);
+  dion.options().precondition.rank_fraction = 1.0;
+  dion.step(gv);
+  CHECK(data != data_before);
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;

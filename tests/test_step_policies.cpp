@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,97 @@ TEST_CASE("non-finite policy in the batched step, the facade and the hybrid cont
     CHECK(b.allFinite());
     CHECK(b != b_0);
     CHECK(h.adamw().non_finite() == NonFinite::Throw);  // the container's policy applied to its steps only
+  }
+}
+
+TEST_CASE("a step that refuses one parameter writes none: element-wise batches, the hybrid container, decay") {
+  using M = RowMat<float>;
+  SUBCASE("AdamW and Lion batched through the facade: every parameter checked before any is written") {
+    for (const char* name : {"adamw", "lion"}) {
+      CAPTURE(name);
+      auto opt = make_optimizer<float>(name);
+      M w0 = randn<M>(2, 3, 1), w1 = randn<M>(2, 3, 2), other = randn<M>(2, 2, 3);
+      M g0 = randn<M>(2, 3, 4), g1 = randn<M>(2, 3, 5);
+      auto s0 = opt.make_state(view(w0)), s1 = opt.make_state(view(w1)), wrong = opt.make_state(view(other));
+      const M w0_before = w0, w1_before = w1;
+      const std::vector<MatrixView<float>> pv{view(w0), view(w1)};
+      const std::vector<MatrixView<const float>> gv{view(std::as_const(g0)), view(std::as_const(g1))};
+      const ParamStep<float> k{1e-3f, 0.1f, NonFinite::Throw, std::nullopt};
+      const std::vector<ParamStep<float>> settings{k, k};
+      CHECK_THROWS_WITH_AS(opt.step(pv, gv, {&s0, &wrong}, settings),
+                           doctest::Contains("state was made for a 2x2 parameter but W is 2x3"), std::invalid_argument);
+      g1(1, 2) = std::numeric_limits<float>::quiet_NaN();
+      CHECK_THROWS_WITH_AS(opt.step(pv, gv, {&s0, &s1}, settings), doctest::Contains("contains a non-finite"),
+                           std::invalid_argument);
+      const std::vector<ParamStep<float>> zero_lr{k, {0.f, 0.1f, NonFinite::Throw, std::nullopt}};
+      CHECK_THROWS_WITH_AS(opt.step(pv, gv, {&s0, &s1}, zero_lr), doctest::Contains("lr must be finite and > 0"),
+                           std::invalid_argument);
+      const std::vector<ParamStep<float>> overflow{k, {1e20f, 1e20f, NonFinite::Throw, std::nullopt}};
+      CHECK_THROWS_WITH_AS(opt.step(pv, gv, {&s0, &s1}, overflow), doctest::Contains("weight-decay factor"),
+                           std::invalid_argument);
+      CHECK(w0 == w0_before);
+      CHECK(w1 == w1_before);
+      CHECK(s0.steps() == 0);
+      CHECK(s1.steps() == 0);
+      // With G1's NaN skipped, parameter 0 steps as the options' single step at the same lr and decay would.
+      const std::vector<ParamStep<float>> skip{k, {1e-3f, 0.1f, NonFinite::Skip, std::nullopt}};
+      opt.step(pv, gv, {&s0, &s1}, skip);
+      auto single = make_optimizer<float>(name, {{"lr", "0.001"}, {"weight_decay", "0.1"}});
+      M w0_single = w0_before;
+      auto s_single = single.make_state(view(w0_single));
+      single.step(view(w0_single), view(std::as_const(g0)), s_single);
+      CHECK(w0 == w0_single);
+      CHECK(w1 == w1_before);
+      CHECK(s1.skipped() == 1);
+    }
+  }
+  SUBCASE("hybrid: a route's lr that underflows is refused naming the parameter and group, before either route steps") {
+    M w1 = randn<M>(4, 4, 1), b = randn<M>(1, 4, 2);
+    const M g1 = randn<M>(4, 4, 3), gb = randn<M>(1, 4, 4);
+    HybridOptimizer<float> h(make_optimizer<float>("muon", {{"lr", "0.02"}}));
+    const std::size_t tiny = h.add_group({"tiny", 1e-42f, std::nullopt});  // Muon's lr x 1e-42 > 0; AdamW's is 0
+    h.add("w1", view(w1), Role::Auto, tiny);
+    h.add("b", view(b), Role::Auto, tiny);
+    const M w1_0 = w1, b_0 = b;
+    CHECK_THROWS_WITH_AS(h.step({view(g1), view(gb)}), doctest::Contains("parameter 'b' of group 'tiny': lr ("),
+                         std::invalid_argument);
+    CHECK_THROWS_WITH_AS(h.step({view(g1), view(gb)}), doctest::Contains("must be finite and > 0 (got 0)"),
+                         std::invalid_argument);
+    CHECK(w1 == w1_0);
+    CHECK(b == b_0);
+    h.group(tiny).lr_scale = 1;
+    h.step({view(g1), view(gb)});
+    CHECK(w1 != w1_0);
+    CHECK(b != b_0);
+  }
+  SUBCASE("hybrid: rebind refuses null storage, and the step and checkpoint still see the old storage") {
+    M w1 = randn<M>(4, 4, 1);
+    const M g1 = randn<M>(4, 4, 3);
+    HybridOptimizer<float> h(make_optimizer<float>("muon"));
+    h.add("w1", view(w1));
+    CHECK_THROWS_WITH_AS(h.rebind(0, MatrixView<float>{nullptr, 4, 4, Layout::RowMajor}),
+                         doctest::Contains("null data for a 4x4 matrix"), std::invalid_argument);
+    const M w1_0 = w1;
+    h.step({view(g1)});
+    CHECK(w1 != w1_0);
+  }
+  SUBCASE("Static: a decay factor 1 - lr weight_decay that overflows is refused, W and state unchanged") {
+    Muon<float> opt;
+    opt.options().lr = 1e20f;
+    opt.options().weight_decay = 1e20f;  // each finite, the product not (in float)
+    M w = randn<M>(5, 7, 1);
+    const M g = randn<M>(5, 7, 2), w0 = w;
+    auto st = opt.make_state(w);
+    CHECK_THROWS_WITH_AS(opt.step(w, g, st),
+                         doctest::Contains("weight-decay factor 1 - lr * weight_decay is not finite"),
+                         std::invalid_argument);
+    CHECK(w == w0);
+    CHECK(st.steps == 0);
+    CHECK(st.momentum.isZero());
+    AdamW<float>::Options a;
+    a.lr = 1e20f;
+    a.weight_decay = 1e20f;
+    CHECK_THROWS_WITH_AS(AdamW<float>{a}, doctest::Contains("weight-decay factor"), std::invalid_argument);
   }
 }
 

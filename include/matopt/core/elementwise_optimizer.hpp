@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -31,6 +32,7 @@
 #include "matopt/core/options.hpp"
 #include "matopt/core/detail/traits.hpp"
 #include "matopt/core/step_policy.hpp"
+#include "matopt/core/view.hpp"
 
 namespace matopt {
 
@@ -95,6 +97,7 @@ class ElementwiseOptimizer {
     d("lr", o.lr, checks::Positive{}, "the learning rate");
     Rule::describe(o, d);
     detail::describe_decay_and_gate(o, d);
+    d.rule([&o](std::string_view where) { detail::require_finite_decay(where, o.lr, o.weight_decay); });
   }
   /// Throws std::invalid_argument, prefixed by `where`, naming the first bad hyperparameter.
   static void validate(const Options& o, std::string_view where) {
@@ -121,13 +124,38 @@ class ElementwiseOptimizer {
     constexpr const char* where = Rule::name;
     validate(options_, where);
     state.check_fits(where, w.rows(), w.cols(), layout, g.rows(), g.cols(), layout);
-    switch (detail::gradient_action(detail::all_finite(g), options_.non_finite, where, g.rows(), g.cols())) {
-      case detail::GradAction::Apply: return update(w, g.derived(), state);
-      case detail::GradAction::Skip: ++state.skipped; return;
-      case detail::GradAction::Zero:
-        update(w, g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); }), state);
-        ++state.zeroed;
+    run(options_, detail::gradient_action(detail::all_finite(g), options_.non_finite, where, g.rows(), g.cols()), w,
+        g.derived(), state);
+  }
+  /// The batched step with each parameter's own settings (ParamStep: lr, weight decay, non-finite policy; the same call
+  /// as Optimizer's, for HybridOptimizer and AnyOptimizer): every parameter is checked before any is written, and the
+  /// options' lr, weight_decay and non_finite are not read, and not changed.
+  void step(const std::vector<MatrixView<T>>& params, const std::vector<MatrixView<const T>>& grads,
+            const std::vector<State*>& states, const std::vector<ParamStep<T>>& settings) {
+    constexpr const char* where = Rule::name;
+    if (grads.size() != params.size() || states.size() != params.size() || settings.size() != params.size())
+      detail::fail(where, "batched step got ", params.size(), " parameters, ", grads.size(), " gradients, ",
+                   states.size(), " states and ", settings.size(), " settings");
+    actions_.clear();  // keeps its capacity: no allocation after the first step
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const MatrixView<T>& w = params[i];
+      const MatrixView<const T>& g = grads[i];
+      if (states[i] == nullptr) detail::fail(where, "batched step: state ", i, " is null");
+      validate(with_settings(settings[i]), where);
+      detail::check_view(w);
+      detail::check_view(g);
+      states[i]->check_fits(where, w.rows, w.cols, w.layout, g.rows, g.cols, g.layout);
+      const bool finite = settings[i].finite ? *settings[i].finite : detail::with_map(g, [](const auto& gm) {
+        return detail::all_finite(gm);
+      });
+      actions_.push_back(detail::gradient_action(finite, settings[i].non_finite, where, g.rows, g.cols));
     }
+    for (std::size_t i = 0; i < params.size(); ++i)
+      detail::with_map(params[i], [&](auto& w) {
+        constexpr Layout layout = detail::layout_of_v<detail::remove_cvref_t<decltype(w)>>;
+        using Map = Eigen::Map<const detail::DynamicMatrix<T, layout>>;
+        run(with_settings(settings[i]), actions_[i], w, Map(grads[i].data, w.rows(), w.cols()), *states[i]);
+      });
   }
 
   /// The per-parameter lr is `lr` (the rule's per-element adaptivity aside).
@@ -143,15 +171,35 @@ class ElementwiseOptimizer {
   static std::string option_keys() { return detail::option_keys<ElementwiseOptimizer>(); }
 
  private:
+  /// The options with a batched step's settings in place of lr, weight_decay and non_finite.
+  Options with_settings(const ParamStep<T>& k) const {
+    Options o = options_;
+    o.lr = k.lr;
+    o.weight_decay = k.weight_decay;
+    o.non_finite = k.non_finite;
+    return o;
+  }
+  /// The checked step's action: the update with G, or with G's non-finite entries zeroed, or a skip.
+  template <class WMat, class GMat>
+  static void run(const Options& o, detail::GradAction action, WMat& w, const GMat& g, State& state) {
+    switch (action) {
+      case detail::GradAction::Apply: return update(o, w, g, state);
+      case detail::GradAction::Skip: ++state.skipped; return;
+      case detail::GradAction::Zero:
+        update(o, w, g.unaryExpr([](T x) { return std::isfinite(x) ? x : T(0); }), state);
+        ++state.zeroed;
+    }
+  }
   /// The rule's element update on Eigen arrays of W, G and the buffers (maps of W's shape), at the next step count.
   template <class WMat, class GExpr>
-  void update(WMat& w, const GExpr& g, State& s) const {
+  static void update(const Options& o, WMat& w, const GExpr& g, State& s) {
     using Map = Eigen::Map<detail::DynamicMatrix<T, detail::layout_of_v<detail::remove_cvref_t<WMat>>>>;
-    const auto k = Rule::coefficients(options_, ++s.steps);
+    const auto k = Rule::coefficients(o, ++s.steps);
     s.with([&](auto&... b) { Rule::element(w.array(), g.array(), k, Map(b.data(), w.rows(), w.cols()).array()...); });
   }
 
   Options options_;
+  std::vector<detail::GradAction> actions_;  ///< batched step: each parameter's action
 };
 
 }  // namespace matopt

@@ -26,11 +26,13 @@
 // the owner has them locally (no scalar all-reduce). Cutting OrScale by rows would add one batched
 // all-reduce of 2 scalars per matrix per step; it is not offered.
 //
-// Errors: a bad gradient count, shape or layout throws std::invalid_argument naming the parameter and
-// rank, on every rank, before any communication. Under NonFinite::Throw (the default) a non-finite reduced
-// gradient throws on every rank, naming the parameter and the rank that holds it, and nothing is written:
-// one all_gather of one double per rank per step makes the decision collective. Owner mode honours
-// NonFinite::Skip and Zero (the owner sees the whole matrix); RowSharded requires Throw.
+// Errors: a bad gradient count, shape or layout, or options that do not fit a parameter's shape (row blocks, a
+// scale s(m, n) or decay factor that is not finite), throw std::invalid_argument naming the parameter, on every
+// rank, before any communication. Under NonFinite::Throw (the default) a non-finite reduced gradient throws on
+// every rank, naming the parameter and the rank that holds it, and nothing is written; so does an owner's state
+// that no longer fits options changed since it was made: one all_gather of one double per rank per step makes the
+// decision collective. Owner mode honours NonFinite::Skip and Zero (the owner sees the whole matrix); RowSharded
+// requires Throw.
 //
 // Checkpoints (save_checkpoint / load_checkpoint, collective): one file in matopt's checkpoint format
 // (serialization/checkpoint.hpp) with every parameter's whole-matrix state in parameter order, written
@@ -157,8 +159,13 @@ class ShardedOptimizer {
   void step(const std::vector<MatrixView<const T>>& grads) {
     const CommCounters before = comm_.counters();
     check_grads(grads);
-    Opt::validate(opt_.options(), where());
+    const Options& o = opt_.options();
+    Opt::validate(o, where());
     if (shard_.mode == ShardMode::RowSharded) require_throw_policy();
+    // Every parameter's shape against the options on every rank: all ranks refuse alike, before any communication
+    // (a check on its owner alone would leave the other ranks waiting in a collective).
+    for (const auto& p : params_) Driver::check(o, p.rows, p.cols, o.lr, o.weight_decay, where());
+    const double refused = check_owned_states();
 
     // 1. Gradients, packed by destination rank, reduced.
     for (const Piece& pc : pieces_) copy_out(grads[pc.param], pc, send_.data() + displ_[std::size_t(pc.rank)] + pc.offset);
@@ -173,7 +180,7 @@ class ShardedOptimizer {
     const std::size_t my_count = counts_[std::size_t(me_)];
     if (shard_.reduction == GradReduction::Average && ranks_ > 1)
       for (std::size_t k = 0; k < my_count; ++k) mine[k] /= T(ranks_);  // exact when the sum is a multiple of ranks_
-    if (opt_.options().non_finite == NonFinite::Throw) agree_finite(mine);
+    agree(mine, refused);
 
     // 2. This rank's pieces, stepped into the gather buffer (owner mode steps the caller's buffers in place).
     T* out = gather_.data() + displ_[std::size_t(me_)];
@@ -474,30 +481,60 @@ class ShardedOptimizer {
                    "slice would desynchronize the rows of a matrix)");
   }
 
-  /// Every rank learns whether any reduced gradient piece is non-finite, and all throw together before
-  /// anything is written. One all_gather of one double per rank.
-  void agree_finite(const T* mine) {
-    double first_bad = -1;
-    for (const Piece& pc : pieces_) {
-      if (pc.rank != me_) continue;
-      const std::size_t n = std::size_t((pc.end - pc.begin) * other(pc.param));
-      const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> g(mine + pc.offset, Index(n));
-      if (!detail::all_finite(g)) {
-        first_bad = double(pc.param);
-        break;
+  /// Owner mode: this rank's states checked against the options, which may have changed since make_state (Dion's
+  /// rank_fraction, say); -2 - i for the first parameter i whose state does not fit (its error kept for agree), else
+  /// -1.
+  double check_owned_states() {
+    refusal_.clear();
+    if (shard_.mode != ShardMode::Owner) return -1;
+    const Options& o = opt_.options();
+    detail::HostEngine e;
+    for (std::size_t k = 0; k < owned_.size(); ++k) {
+      const auto& p = params_[owned_[k]];
+      const auto w = detail::Strided<const T>(detail::strided(p.data, p.rows, p.cols, p.layout));
+      try {
+        Driver::check_step(e, o, states_[k], w, w, p.layout, p.layout, o.lr, o.weight_decay, o.non_finite, true,
+                           where());
+      } catch (const std::invalid_argument& error) {
+        refusal_ = error.what();
+        return -2.0 - double(owned_[k]);
       }
     }
-    std::vector<double> bad(std::size_t(ranks_), -1.0);
-    bad[std::size_t(me_)] = first_bad;
-    comm_.all_gather(bad.data() + me_, bad.data(), std::vector<std::size_t>(std::size_t(ranks_), 1));
-    for (int r = 0; r < ranks_; ++r)
-      if (bad[std::size_t(r)] >= 0) {
-        const auto i = std::size_t(bad[std::size_t(r)]);
-        detail::fail(where(), "the reduced gradient of parameter ", i, " (",
-                     detail::shape_string(params_[i].rows, params_[i].cols), ", held by rank ", r,
+    return -1;
+  }
+
+  /// Every rank learns whether a rank refused its step (check_owned_states: `refused`) or, under NonFinite::Throw,
+  /// holds a non-finite reduced gradient piece, and all throw together before anything is written. One all_gather
+  /// of one double per rank.
+  void agree(const T* mine, double refused) {
+    double verdict = refused;
+    if (verdict == -1 && opt_.options().non_finite == NonFinite::Throw)
+      for (const Piece& pc : pieces_) {
+        if (pc.rank != me_) continue;
+        const std::size_t n = std::size_t((pc.end - pc.begin) * other(pc.param));
+        const Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>> g(mine + pc.offset, Index(n));
+        if (!detail::all_finite(g)) {
+          verdict = double(pc.param);
+          break;
+        }
+      }
+    std::vector<double> all(std::size_t(ranks_), -1.0);
+    all[std::size_t(me_)] = verdict;
+    comm_.all_gather(all.data() + me_, all.data(), std::vector<std::size_t>(std::size_t(ranks_), 1));
+    for (int r = 0; r < ranks_; ++r) {
+      const double v = all[std::size_t(r)];
+      if (v == -1) continue;
+      const auto i = std::size_t(v >= 0 ? v : -v - 2);
+      const std::string shape = detail::shape_string(params_[i].rows, params_[i].cols);
+      if (v >= 0)
+        detail::fail(where(), "the reduced gradient of parameter ", i, " (", shape, ", held by rank ", r,
                      ") contains a non-finite value; parameters and states are unchanged on every rank "
                      "(options.non_finite = throw)");
-      }
+      detail::fail(where(), "parameter ", i, " (", shape, ", held by rank ", r, "): ",
+                   r == me_ ? refusal_ : std::string("its state does not fit the options (rank ") +
+                                             std::to_string(r) + " says why)",
+                   "; parameters and states are unchanged on every rank");
+    }
   }
 
   /// Rank 0: the gathered records (index, length, state bytes) as one checkpoint in parameter order.
@@ -537,6 +574,7 @@ class ShardedOptimizer {
   detail::host_workspace_t<Preconditioner, T> ws_{};  ///< the row-sharded fused step's
   std::optional<Opt> scratch_;
   CommCounters last_step_;
+  std::string refusal_;  ///< this step's refusal of an owned state (check_owned_states)
 };
 
 }  // namespace matopt

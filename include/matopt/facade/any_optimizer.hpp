@@ -38,16 +38,6 @@ template <class Opt, class T>
 inline constexpr bool
     has_telemetry_v<Opt, T, std::void_t<decltype(std::declval<Opt&>().set_telemetry(std::declval<Telemetry<T>>()))>> =
         true;
-/// Whether Opt steps a batch with per-parameter settings (Optimizer::step(params, grads, states, settings)).
-template <class Opt, class T, class = void>
-inline constexpr bool has_param_steps_v = false;
-template <class Opt, class T>
-inline constexpr bool has_param_steps_v<
-    Opt, T,
-    std::void_t<decltype(std::declval<Opt&>().step(std::declval<const std::vector<MatrixView<T>>&>(),
-                                                   std::declval<const std::vector<MatrixView<const T>>&>(),
-                                                   std::declval<const std::vector<typename Opt::State*>&>(),
-                                                   std::declval<const std::vector<ParamStep<T>>&>()))>> = true;
 /// Whether Opt is a matrix optimizer (Optimizer<T, P, M, S> names its preconditioner; AdamW and Lion do not).
 template <class Opt, class = void>
 inline constexpr bool has_preconditioner_type_v = false;
@@ -215,36 +205,7 @@ class AnyOptimizer {
         if (p == nullptr) detail::fail(where, "a state is null");
         typed_.push_back(&typed(*p));
       }
-      if constexpr (detail::has_param_steps_v<Opt, T>) {
-        opt.step(w, g, typed_, k);
-      } else {
-        // One at a time (AdamW, Lion): checked first, then each with its settings in the options, restored after.
-        auto& o = opt.options();
-        const auto saved = std::make_tuple(o.lr, o.weight_decay, o.non_finite);
-        struct Restore {
-          decltype(o)& options;
-          decltype(saved)& values;
-          ~Restore() { std::tie(options.lr, options.weight_decay, options.non_finite) = values; }
-        } restore{o, saved};
-        for (std::size_t i = 0; i < w.size(); ++i) {
-          detail::require_positive(where, "lr", k[i].lr);
-          detail::require_nonnegative(where, "weight_decay", k[i].weight_decay);
-          if (!detail::same_layout(w[i].layout, g[i].layout, w[i].rows, w[i].cols) || g[i].rows != w[i].rows ||
-              g[i].cols != w[i].cols)
-            detail::fail(opt.name(), "parameter ", i, ": G is ", detail::shape_string(g[i].rows, g[i].cols), " ",
-                         detail::layout_name(g[i].layout), " but W is ", detail::shape_string(w[i].rows, w[i].cols),
-                         " ", detail::layout_name(w[i].layout));
-        }
-        for (std::size_t i = 0; i < w.size(); ++i) {
-          o.lr = k[i].lr;
-          o.weight_decay = k[i].weight_decay;
-          o.non_finite = k[i].non_finite;
-          detail::with_map(w[i], [&](auto& wm) {
-            detail::with_map(MatrixView<const T>{g[i].data, g[i].rows, g[i].cols, w[i].layout},
-                             [&](const auto& gm) { opt.step(wm, gm, *typed_[i]); });
-          });
-        }
-      }
+      opt.step(w, g, typed_, k);
     }
     void set(std::string_view key, std::string_view value) override {
       auto o = opt.options();
@@ -304,9 +265,9 @@ class AnyOptimizer {
   /// One step of W with gradient G (see Optimizer::step); throws std::invalid_argument, leaving W and s unchanged.
   void step(MatrixView<T> w, MatrixView<const T> g, State& s) { impl_->step(w, g, s); }
   /// Steps many parameters in one call, each with its own settings (ParamStep: lr, weight decay, non-finite
-  /// policy, and whether its gradient is known finite); the options are not changed. A matrix optimizer runs its
-  /// batched step (Optimizer::step(params, grads, states, settings): small matrices in parallel, one per thread);
-  /// AdamW and Lion step each parameter in turn (shapes and settings checked first; each gradient as it steps).
+  /// policy, and whether its gradient is known finite); the options are not changed. Every parameter is checked
+  /// before any is written. A matrix optimizer runs small matrices in parallel, one per thread
+  /// (Optimizer::step(params, grads, states, settings)); AdamW and Lion step each parameter in turn.
   void step(const std::vector<MatrixView<T>>& w, const std::vector<MatrixView<const T>>& g,
             const std::vector<State*>& s, const std::vector<ParamStep<T>>& settings) {
     impl_->step(w, g, s, settings);

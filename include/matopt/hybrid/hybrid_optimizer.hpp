@@ -84,7 +84,7 @@ class HybridOptimizer {
 
   /// Adds a group and returns its index.
   std::size_t add_group(Group g) {
-    validate_group(g);
+    validate_group(g, "matopt::HybridOptimizer::add_group");
     groups_.push_back(std::move(g));
     group_lr_.emplace_back();
     return groups_.size() - 1;
@@ -244,10 +244,9 @@ class HybridOptimizer {
 
  private:
 
-  void validate_group(const Group& g) const {
-    detail::require_positive("matopt::HybridOptimizer::add_group", "lr_scale", g.lr_scale);
-    if (g.weight_decay)
-      detail::require_nonnegative("matopt::HybridOptimizer::add_group", "weight_decay", *g.weight_decay);
+  static void validate_group(const Group& g, const char* where = "matopt::HybridOptimizer::step") {
+    detail::require_positive(where, "lr_scale", g.lr_scale);
+    if (g.weight_decay) detail::require_nonnegative(where, "weight_decay", *g.weight_decay);
   }
 
   /// Shape and layout (throws); returns whether g is finite (throws if not, under NonFinite::Throw).
@@ -306,6 +305,7 @@ std::size_t HybridOptimizer<T>::add(std::string name, MatrixView<T> param, Role 
 template <class T>
 void HybridOptimizer<T>::rebind(std::size_t i, MatrixView<T> param) {
   Param& p = this->param(i, "rebind");
+  detail::check_view(param);
   if (param.rows != p.view.rows || param.cols != p.view.cols ||
       !detail::same_layout(param.layout, p.view.layout, param.rows, param.cols))
     detail::fail("matopt::HybridOptimizer::rebind", "parameter '", p.name, "' is ",
@@ -497,9 +497,18 @@ void HybridOptimizer<T>::batch_add(Param& p, MatrixView<const T> g, bool finite)
   b.params.push_back(p.view);
   b.grads.push_back(g);
   b.states.push_back(&p.state);
-  b.settings.push_back({(own ? *own : opt.lr()) * grp.lr_scale,
-                        grp.weight_decay ? *grp.weight_decay : opt.weight_decay(),
-                        options_.non_finite, finite});
+  const T route_lr = own ? *own : opt.lr(), lr = route_lr * grp.lr_scale;
+  const T lambda = grp.weight_decay ? *grp.weight_decay : opt.weight_decay();
+  // Checked here, before either route steps: each route checks its settings only when its own step begins.
+  if (!(std::isfinite(static_cast<double>(lr)) && lr > T(0)))
+    detail::fail("matopt::HybridOptimizer::step", "parameter '", p.name, "' of group '", grp.name, "': lr (", route_lr,
+                 ") times the group's lr_scale (", grp.lr_scale, ") must be finite and > 0 (got ", lr,
+                 "); nothing was changed");
+  if (!std::isfinite(static_cast<double>(T(1) - lr * lambda)))
+    detail::fail("matopt::HybridOptimizer::step", "parameter '", p.name, "' of group '", grp.name,
+                 "': the weight-decay factor 1 - lr * weight_decay is not finite (lr = ", lr, ", weight_decay = ",
+                 lambda, "); nothing was changed");
+  b.settings.push_back({lr, lambda, options_.non_finite, finite});
 }
 
 template <class T>

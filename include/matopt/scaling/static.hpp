@@ -64,7 +64,7 @@ struct Static {
     T step;                 ///< lr s(m, n)
     bool cautious = false;  ///< decay only the entries where D . W >= 0
   };
-  /// keep, step and cautious for an m x n parameter; throws std::invalid_argument if lr s(m, n) is not finite.
+  /// keep, step and cautious for an m x n parameter; throws std::invalid_argument if lr s(m, n) or keep is not finite.
   template <class T>
   static Coefficients<T> coefficients(const Options& o, T lr, T lambda, Index m, Index n) {
     const double s = factor(o, m, n);
@@ -72,7 +72,11 @@ struct Static {
     if (!std::isfinite(static_cast<double>(step)))
       detail::fail("matopt::Static", "scale lr * s(m, n) is not finite for a ", m, "x", n, " parameter (s = ", s,
                    ")");
-    return {o.keep(lr, lambda), step, o.cautious() && lambda != T(0)};
+    const T keep = o.keep(lr, lambda);
+    if (!std::isfinite(static_cast<double>(keep)))
+      detail::fail("matopt::Static", "the weight-decay factor 1 - lr * weight_decay is not finite (lr = ", lr,
+                   ", weight_decay = ", lambda, ")");
+    return {keep, step, o.cautious() && lambda != T(0)};
   }
 
   /// W <- W (1 - lr lambda) - lr s D (or the decay form of o.weight_decay_method), on any engine. `g` is unused here.
