@@ -9,7 +9,8 @@
 set -euo pipefail
 
 packages=(cmake make ninja-build g++ libeigen3-dev doctest-dev libbenchmark-dev libopenblas-dev
-          zlib1g-dev dataset-fashion-mnist fortunes gnuplot-nox libtorch-dev clang libclang-rt-14-dev lld libopenmpi-dev openmpi-bin
+          zlib1g-dev dataset-fashion-mnist fortunes gnuplot-nox libtorch-dev clang libclang-rt-14-dev libomp-dev lld
+          libopenmpi-dev openmpi-bin
           libthrust-dev libdnnl-dev libgloo-dev doxygen python3)
 for group in "$@"; do
   case "$group" in

@@ -27,8 +27,8 @@
 // all-reduce of 2 scalars per matrix per step; it is not offered.
 //
 // Errors: a bad gradient count, shape or layout, or options that do not fit a parameter's shape (row blocks, a
-// scale s(m, n) or decay factor that is not finite), throw std::invalid_argument naming the parameter, on every
-// rank, before any communication. Under NonFinite::Throw (the default) a non-finite reduced gradient throws on
+// scale s(m, n) or decay factor that is not finite), throw std::invalid_argument on every rank, before any
+// communication. Under NonFinite::Throw (the default) a non-finite reduced gradient throws on
 // every rank, naming the parameter and the rank that holds it, and nothing is written; so does an owner's state
 // that no longer fits options changed since it was made: one all_gather of one double per rank per step makes the
 // decision collective. Owner mode honours NonFinite::Skip and Zero (the owner sees the whole matrix); RowSharded
@@ -47,6 +47,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -496,7 +497,9 @@ class ShardedOptimizer {
         Driver::check_step(e, o, states_[k], w, w, p.layout, p.layout, o.lr, o.weight_decay, o.non_finite, true,
                            where());
       } catch (const std::invalid_argument& error) {
-        refusal_ = error.what();
+        refusal_ = error.what();  // "matopt::ShardedOptimizer: ...", which agree's message says once
+        const std::string_view prefix = "matopt::ShardedOptimizer: ";
+        if (refusal_.compare(0, prefix.size(), prefix) == 0) refusal_.erase(0, prefix.size());
         return -2.0 - double(owned_[k]);
       }
     }
