@@ -168,6 +168,8 @@ TEST_CASE("a step that refuses one parameter writes none: element-wise batches, 
       const std::vector<ParamStep<float>> settings{k, k};
       CHECK_THROWS_WITH_AS(opt.step(pv, gv, {&s0, &wrong}, settings),
                            doctest::Contains("state was made for a 2x2 parameter but W is 2x3"), std::invalid_argument);
+      CHECK_THROWS_WITH_AS(opt.step(pv, gv, {&s1, &s1}, settings), doctest::Contains("state 0 is given twice"),
+                           std::invalid_argument);
       g1(1, 2) = std::numeric_limits<float>::quiet_NaN();
       CHECK_THROWS_WITH_AS(opt.step(pv, gv, {&s0, &s1}, settings), doctest::Contains("contains a non-finite"),
                            std::invalid_argument);
@@ -192,6 +194,18 @@ TEST_CASE("a step that refuses one parameter writes none: element-wise batches, 
       CHECK(w1 == w1_before);
       CHECK(s1.skipped() == 1);
     }
+  }
+  SUBCASE("a matrix optimizer's batched step refuses one state given for two parameters") {
+    auto opt = make_optimizer<float>("muon");
+    M w0 = randn<M>(4, 6, 1), w1 = randn<M>(4, 6, 2);
+    const M g0 = randn<M>(4, 6, 3), g1 = randn<M>(4, 6, 4), w0_before = w0, w1_before = w1;
+    auto s0 = opt.make_state(view(w0));
+    const ParamStep<float> k{1e-3f, 0.f, NonFinite::Throw, std::nullopt};
+    CHECK_THROWS_WITH_AS(opt.step({view(w0), view(w1)}, {view(g0), view(g1)}, {&s0, &s0}, {k, k}),
+                         doctest::Contains("state 0 is given twice"), std::invalid_argument);
+    CHECK(w0 == w0_before);
+    CHECK(w1 == w1_before);
+    CHECK(s0.steps() == 0);
   }
   SUBCASE("hybrid: a route's lr that underflows is refused naming the parameter and group, before either route steps") {
     M w1 = randn<M>(4, 4, 1), b = randn<M>(1, 4, 2);
@@ -236,6 +250,15 @@ TEST_CASE("a step that refuses one parameter writes none: element-wise batches, 
     CHECK(w == w0);
     CHECK(st.steps == 0);
     CHECK(st.momentum.isZero());
+    // The same Static inside SpectralCap: refused before the cap's power iteration writes its vectors.
+    Optimizer<float, Identity, NoMomentum, SpectralCap<Static<>>> capped;
+    capped.options().lr = 1e20f;
+    capped.options().weight_decay = 1e20f;
+    auto cs = capped.make_state(w);
+    const auto cs0 = cs.scaling;
+    CHECK_THROWS_WITH_AS(capped.step(w, g, cs), doctest::Contains("weight-decay factor"), std::invalid_argument);
+    CHECK(w == w0);
+    CHECK((cs.scaling.u == cs0.u && cs.scaling.v == cs0.v && cs.scaling.sigma == cs0.sigma && cs.steps == 0));
     AdamW<float>::Options a;
     a.lr = 1e20f;
     a.weight_decay = 1e20f;

@@ -136,11 +136,11 @@ class ElementwiseOptimizer {
     if (grads.size() != params.size() || states.size() != params.size() || settings.size() != params.size())
       detail::fail(where, "batched step got ", params.size(), " parameters, ", grads.size(), " gradients, ",
                    states.size(), " states and ", settings.size(), " settings");
+    detail::require_distinct_states(where, states, sorted_states_);
     actions_.clear();  // keeps its capacity: no allocation after the first step
     for (std::size_t i = 0; i < params.size(); ++i) {
       const MatrixView<T>& w = params[i];
       const MatrixView<const T>& g = grads[i];
-      if (states[i] == nullptr) detail::fail(where, "batched step: state ", i, " is null");
       validate(with_settings(settings[i]), where);
       detail::check_view(w);
       detail::check_view(g);
@@ -200,6 +200,7 @@ class ElementwiseOptimizer {
 
   Options options_;
   std::vector<detail::GradAction> actions_;  ///< batched step: each parameter's action
+  std::vector<const State*> sorted_states_;  ///< batched step: its states, sorted (require_distinct_states)
 };
 
 }  // namespace matopt

@@ -321,8 +321,7 @@ class Optimizer {
     if (settings.size() != params.size())
       detail::fail(Defaults::name, "batched step got ", params.size(), " parameters and ", settings.size(),
                    " settings");
-    for (std::size_t i = 0; i < states.size(); ++i)
-      if (states[i] == nullptr) detail::fail(Defaults::name, "batched step: state ", i, " is null");
+    detail::require_distinct_states(Defaults::name, states, sorted_states_);
     step_batch(params, grads, [&](std::size_t i) -> State& { return *states[i]; }, states.size(), &settings);
   }
 
@@ -645,6 +644,7 @@ class Optimizer {
     bool parallel = false;
   };
   std::vector<Pending> pending_;               ///< batched step: each parameter's action
+  std::vector<const State*> sorted_states_;    ///< batched step: its states, sorted (require_distinct_states)
   std::size_t states_made_ = 0;
 };
 
@@ -658,7 +658,8 @@ typename Optimizer<T, P, M, S, D>::State Optimizer<T, P, M, S, D>::make_state(In
   detail::init_policy_state<P>(s.precondition, options_.precondition, rows, cols);
   detail::init_policy_state<S>(s.scaling, rows, cols);
   reserve_workspaces(rows, cols, detail::available_threads());
-  pending_.reserve(++states_made_);  // the batched step's per-parameter actions
+  pending_.reserve(++states_made_);  // the batched step's per-parameter actions and sorted states
+  sorted_states_.reserve(states_made_);
   return s;
 }
 

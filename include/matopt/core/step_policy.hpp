@@ -6,11 +6,13 @@
 // and the telemetry hook (docs/api.md#telemetry: diagnostics during training). Shared by Optimizer, AdamW, the
 // facade and the hybrid container.
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "matopt/core/detail/errors.hpp"
 #include "matopt/core/detail/traits.hpp"
@@ -42,6 +44,22 @@ void describe_decay_and_gate(O& o, D& d) {
   d("weight_decay", o.weight_decay, checks::NonNegative{},
     "lambda, the weight decay (decoupled, except TrustRatio's coupled form)");
   d("non_finite", o.non_finite, non_finite_check, "what a gradient holding inf or NaN does");
+}
+}  // namespace detail
+
+namespace detail {
+/// A batched step's states: none null, none given twice (two parameters would update one state, in parallel on the
+/// host). `sorted` is scratch that keeps its capacity.
+template <class S>
+void require_distinct_states(std::string_view where, const std::vector<S*>& states, std::vector<const S*>& sorted) {
+  for (std::size_t i = 0; i < states.size(); ++i)
+    if (states[i] == nullptr) fail(where, "batched step: state ", i, " is null");
+  sorted.assign(states.begin(), states.end());
+  std::sort(sorted.begin(), sorted.end());
+  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+  if (twice != sorted.end())
+    fail(where, "batched step: state ", std::find(states.begin(), states.end(), *twice) - states.begin(),
+         " is given twice (each parameter needs a state of its own)");
 }
 }  // namespace detail
 

@@ -31,6 +31,8 @@ namespace matopt {
 /// @tparam Inner the wrapped scaling policy (Static<> by default).
 template <class Inner = Static<>>
 struct SpectralCap {
+  /// The wrapped scaling (its scale and decay are checked before a step writes anything).
+  using Wrapped = Inner;
   /// "SpectralCap".
   static constexpr const char* name() { return "SpectralCap"; }
   /// "SpectralCap<Inner>".

@@ -54,7 +54,8 @@ class Driver {
   /// Throws, before anything is written, where a step of an m x n W at lr and lambda does not fit the options: row
   /// blocks (precondition/row_blocks.hpp) must split the rows as asked, and only a preconditioner that steps row
   /// blocks (Orthogonalize, SecondMoment of it) with a scaling without per-parameter state takes them; Static's scales
-  /// s(m, n), and each row block's, must be finite (before a stateful preconditioner such as SecondMoment writes).
+  /// s(m, n) and decay factor, and each row block's, must be finite, Static inside SpectralCap too (before a stateful
+  /// preconditioner such as SecondMoment, or the cap's power iteration, writes).
   static void check(const O& o, Index m, Index n, T lr, T lambda, const char* where) {
     if constexpr (std::is_base_of_v<RowBlocks, typename P::Options>) {
       const RowBlocks& b = o.precondition;
@@ -68,15 +69,22 @@ class Driver {
         b.check(m, n, where);
       }
     }
-    if constexpr (has_fused_step_v<S>) {
-      if (m * n == 0) return;
-      S::coefficients(o.scaling, lr, lambda, m, n);
-      if constexpr (std::is_base_of_v<RowBlocks, typename P::Options>) {
-        const RowBlocks& b = o.precondition;
-        if (b.blocked() && b.fits(m))
-          b.for_each(m, [&](const RowSet& r) { S::coefficients(o.scaling, lr, lambda, r.size(), n); });
-      }
+    if (m * n == 0) return;
+    check_scale<S>(o.scaling, lr, lambda, m, n);
+    if constexpr (std::is_base_of_v<RowBlocks, typename P::Options>) {
+      const RowBlocks& b = o.precondition;
+      if (b.blocked() && b.fits(m))
+        b.for_each(m, [&](const RowSet& r) { check_scale<S>(o.scaling, lr, lambda, r.size(), n); });
     }
+  }
+  /// A scaling's scale and decay factor for an m x n parameter (Static's coefficients, also inside a scaling that
+  /// wraps it: SpectralCap), checked before its state or W is written.
+  template <class Sc>
+  static void check_scale(const typename Sc::Options& so, T lr, T lambda, Index m, Index n) {
+    if constexpr (has_fused_step_v<Sc>)
+      Sc::coefficients(so, lr, lambda, m, n);
+    else if constexpr (wraps_scaling_v<Sc>)
+      check_scale<typename Sc::Wrapped>(so.inner, lr, lambda, m, n);
   }
 
   /// Throws, before anything is written, where W (a view laid out as `layout`), G (laid out as g_layout), the state and

@@ -83,6 +83,12 @@ template <class P, class = void>
 inline constexpr bool has_fused_step_v = false;
 template <class P>
 inline constexpr bool has_fused_step_v<P, std::void_t<decltype(P::has_fused_step)>> = P::has_fused_step;
+/// Whether a scaling wraps another, declared as `using Wrapped = Inner;` with its options in `Options::inner`
+/// (SpectralCap): the step's checks reach the wrapped scaling's.
+template <class S, class = void>
+inline constexpr bool wraps_scaling_v = false;
+template <class S>
+inline constexpr bool wraps_scaling_v<S, std::void_t<typename S::Wrapped>> = true;
 
 /// P::reads_gradient if P declares it: the preconditioner's apply takes the raw gradient after U
 /// (precondition/second_moment.hpp).
