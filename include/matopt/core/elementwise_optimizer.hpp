@@ -97,7 +97,9 @@ class ElementwiseOptimizer {
     d("lr", o.lr, checks::Positive{}, "the learning rate");
     Rule::describe(o, d);
     detail::describe_decay_and_gate(o, d);
-    d.rule([&o](std::string_view where) { detail::require_finite_decay(where, o.lr, o.weight_decay); });
+    d.rule([&o](std::string_view where) {
+      detail::require_finite_keep(where, 1 - o.lr * o.weight_decay, o.lr, o.weight_decay);  // the rules' decoupled decay
+    });
   }
   /// Throws std::invalid_argument, prefixed by `where`, naming the first bad hyperparameter.
   static void validate(const Options& o, std::string_view where) {

@@ -499,15 +499,12 @@ void HybridOptimizer<T>::batch_add(Param& p, MatrixView<const T> g, bool finite)
   b.states.push_back(&p.state);
   const T route_lr = own ? *own : opt.lr(), lr = route_lr * grp.lr_scale;
   const T lambda = grp.weight_decay ? *grp.weight_decay : opt.weight_decay();
-  // Checked here, before either route steps: each route checks its settings only when its own step begins.
+  // The product is this container's: checked before either route steps (a route checks its settings when its own
+  // step begins, after the other route may have stepped).
   if (!(std::isfinite(static_cast<double>(lr)) && lr > T(0)))
     detail::fail("matopt::HybridOptimizer::step", "parameter '", p.name, "' of group '", grp.name, "': lr (", route_lr,
                  ") times the group's lr_scale (", grp.lr_scale, ") must be finite and > 0 (got ", lr,
                  "); nothing was changed");
-  if (!std::isfinite(static_cast<double>(T(1) - lr * lambda)))
-    detail::fail("matopt::HybridOptimizer::step", "parameter '", p.name, "' of group '", grp.name,
-                 "': the weight-decay factor 1 - lr * weight_decay is not finite (lr = ", lr, ", weight_decay = ",
-                 lambda, "); nothing was changed");
   b.settings.push_back({lr, lambda, options_.non_finite, finite});
 }
 

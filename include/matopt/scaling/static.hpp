@@ -73,9 +73,7 @@ struct Static {
       detail::fail("matopt::Static", "scale lr * s(m, n) is not finite for a ", m, "x", n, " parameter (s = ", s,
                    ")");
     const T keep = o.keep(lr, lambda);
-    if (!std::isfinite(static_cast<double>(keep)))
-      detail::fail("matopt::Static", "the weight-decay factor 1 - lr * weight_decay is not finite (lr = ", lr,
-                   ", weight_decay = ", lambda, ")");
+    detail::require_finite_keep("matopt::Static", keep, lr, lambda);
     return {keep, step, o.cautious() && lambda != T(0)};
   }
 

@@ -43,10 +43,11 @@ void require_nonnegative(std::string_view where, std::string_view name, T value)
     fail(where, name, " must be finite and >= 0 (got ", value, ")");
 }
 
-/// The decoupled decay's factor 1 - lr lambda must be finite in T (lr and lambda each finite can overflow together).
+/// The weight-decay factor `keep` W is multiplied by (1 - lr lambda, decoupled) must be finite in T: lr and lambda,
+/// each finite, can overflow together.
 template <class T>
-void require_finite_decay(std::string_view where, T lr, T lambda) {
-  if (!std::isfinite(static_cast<double>(T(1) - lr * lambda)))
+void require_finite_keep(std::string_view where, T keep, T lr, T lambda) {
+  if (!std::isfinite(static_cast<double>(keep)))
     fail(where, "the weight-decay factor 1 - lr * weight_decay is not finite (lr = ", lr, ", weight_decay = ", lambda,
          ")");
 }
